@@ -1,0 +1,40 @@
+"""st-magnitude: magnitude-aware dense retrieval for sentence-transformers.
+
+Public API (everything else is internal)::
+
+    from st_magnitude import apply_similarity, strip_normalize, get_similarity
+"""
+
+from __future__ import annotations
+
+from st_magnitude.convert import (
+    AsymmetricSimilarityWarning,
+    MagnitudeCollapseWarning,
+    apply_similarity,
+    check_symmetric_use,
+    is_asymmetric,
+    model_gammas,
+    model_similarity,
+    strip_normalize,
+)
+from st_magnitude.modules import RoleNormalize
+from st_magnitude.similarity import SIMILARITY_NAMES, Similarity, get_similarity, phi
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SIMILARITY_NAMES",
+    "AsymmetricSimilarityWarning",
+    "MagnitudeCollapseWarning",
+    "RoleNormalize",
+    "Similarity",
+    "apply_similarity",
+    "check_symmetric_use",
+    "get_similarity",
+    "is_asymmetric",
+    "model_gammas",
+    "model_similarity",
+    "phi",
+    "strip_normalize",
+    "__version__",
+]

@@ -1,0 +1,63 @@
+"""The ``st-magnitude`` command.
+
+Sub-commands live beside the code they drive: each area module listed in ``_COMMAND_MODULES`` exposes
+``add_subcommands(subparsers)`` and is imported lazily, so ``st-magnitude --help`` stays fast and one broken area
+does not take the others down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+logger = logging.getLogger(__name__)
+
+_COMMAND_MODULES = (
+    "st_magnitude.convert_cli",
+    "st_magnitude.integrations.cli",
+    "st_magnitude.diagnostics.cli",
+    "st_magnitude.scaling.cli",
+    "st_magnitude.experiments.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from st_magnitude import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="st-magnitude",
+        description="Magnitude-aware dense retrieval for sentence-transformers.",
+    )
+    parser.add_argument("--version", action="version", version=f"st-magnitude {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # area not installed in this build
+                continue
+            raise
+        module.add_subcommands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError) as exc:
+        print(f"st-magnitude {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,431 @@
+"""Model surgery: make a SentenceTransformer carry its own similarity, and strip ``Normalize`` layers.
+
+The central decision (DESIGN.md §2): every variant is ``s(q, d) = φ_γq(q) · φ_γd(d)``, so a model serving a
+variant emits φ_γq for queries and φ_γd for documents and is scored with a plain dot product. Then
+``model.similarity(model.encode_query(q), model.encode_document(d))`` is the training similarity, and MTEB, BEIR,
+ST's ``InformationRetrievalEvaluator`` and any inner-product vector index score exactly what was trained.
+
+Portable export: for γ ∈ {0, 1} only ST's built-in modules are used —
+
+==========  ===============================================================================
+cosine      backbone + ``Normalize``                                  (no roles needed)
+dot         backbone                                                  (no roles needed)
+qnorm       ``Router.for_query_document(query=backbone + Normalize, document=backbone)``
+dnorm       ``Router.for_query_document(query=backbone, document=backbone + Normalize)``
+learnable   backbone + :class:`~st_magnitude.modules.RoleNormalize` (needs ``trust_remote_code=True``)
+==========  ===============================================================================
+
+The backbone modules are *shared* between the two routes (one set of weights; ST saves shared modules once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules import Normalize, Router
+from torch import nn
+
+from st_magnitude.modules.role_normalize import RoleNormalize
+from st_magnitude.similarity import (
+    CORNER_GAMMAS,
+    DEFAULT_EPS,
+    LearnableSimilarity,
+    PowerNormSimilarity,
+    Similarity,
+    validate_similarity_name,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AsymmetricSimilarityWarning",
+    "MagnitudeCollapseWarning",
+    "apply_similarity",
+    "strip_normalize",
+    "model_similarity",
+    "model_gammas",
+    "is_asymmetric",
+    "check_symmetric_use",
+]
+
+_ROUTE_QUERY, _ROUTE_DOCUMENT = "query", "document"
+
+
+class MagnitudeCollapseWarning(UserWarning):
+    """Stripping ``Normalize`` from a cosine-pretrained model can collapse magnitude (paper 000 App. F / N.3)."""
+
+
+class AsymmetricSimilarityWarning(UserWarning):
+    """An asymmetric similarity (qnorm, dnorm, learnable γq≠γd) is used where inputs have no roles."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# inspection
+# ----------------------------------------------------------------------------------------------------------------
+def _is_normalize(m: nn.Module) -> bool:
+    return isinstance(m, Normalize)
+
+
+def _route_lists(router: Router) -> dict[str, list[nn.Module]]:
+    return {name: list(seq) for name, seq in router.sub_modules.items()}
+
+
+def _query_document_router_gammas(router: Router) -> tuple[float, float] | None:
+    """(γq, γd) of a query/document Router whose routes share the same backbone and differ only by ``Normalize``."""
+    routes = _route_lists(router)
+    if set(routes) != {_ROUTE_QUERY, _ROUTE_DOCUMENT}:
+        return None
+    q_core = [m for m in routes[_ROUTE_QUERY] if not _is_normalize(m)]
+    d_core = [m for m in routes[_ROUTE_DOCUMENT] if not _is_normalize(m)]
+    if [id(m) for m in q_core] != [id(m) for m in d_core]:
+        return None
+    gq = 1.0 if routes[_ROUTE_QUERY] and _is_normalize(routes[_ROUTE_QUERY][-1]) else 0.0
+    gd = 1.0 if routes[_ROUTE_DOCUMENT] and _is_normalize(routes[_ROUTE_DOCUMENT][-1]) else 0.0
+    return gq, gd
+
+
+def model_gammas(model: SentenceTransformer) -> tuple[float, float] | None:
+    """The (γq, γd) a model applies at inference, or ``None`` when its structure is not one we recognise.
+
+    Recognised: a trailing ``Normalize`` (cosine, (1, 1)), no normalisation at all (dot, (0, 0)), a query/document
+    ``Router`` sharing its backbone with ``Normalize`` on one or both routes, and a trailing :class:`RoleNormalize`.
+    """
+    modules = list(model)
+    if modules and isinstance(modules[0], Router):
+        gammas = _query_document_router_gammas(modules[0])
+        if gammas is None:
+            return None
+        rest = modules[1:]
+        if any(_is_normalize(m) for m in rest):
+            return (1.0, 1.0)
+        role = [m for m in rest if isinstance(m, RoleNormalize)]
+        return (role[-1].gamma_query, role[-1].gamma_document) if role else gammas
+    role = [m for m in modules if isinstance(m, RoleNormalize)]
+    if role:
+        return role[-1].gamma_query, role[-1].gamma_document
+    if modules and _is_normalize(modules[-1]):
+        return (1.0, 1.0)
+    if any(_is_normalize(m) for m in modules):
+        return None  # Normalize in the middle, e.g. followed by a Dense: not a family member
+    return (0.0, 0.0)
+
+
+def model_similarity(model: SentenceTransformer) -> Similarity | None:
+    """The family member the model serves on *raw* embeddings (learnable: shares the model's γ̂), or ``None``."""
+    for m in model:
+        if isinstance(m, RoleNormalize):
+            return m.similarity()
+    gammas = model_gammas(model)
+    if gammas is None:
+        return None
+    return PowerNormSimilarity(*gammas)
+
+
+def is_asymmetric(model_or_similarity: SentenceTransformer | Similarity) -> bool:
+    """True when query and document roles must differ (qnorm, dnorm, learnable with γq ≠ γd; paper 000 Prop. 2.1)."""
+    if isinstance(model_or_similarity, Similarity):
+        return not model_or_similarity.symmetric
+    gammas = model_gammas(model_or_similarity)
+    if gammas is not None:
+        return gammas[0] != gammas[1]
+    first = next(iter(model_or_similarity), None)
+    return isinstance(first, Router)  # an unrecognised Router is a two-tower model: roles matter
+
+
+def check_symmetric_use(
+    model_or_similarity: SentenceTransformer | Similarity, context: str = "a symmetric task", strict: bool = False
+) -> bool:
+    """Warn (or raise with ``strict=True``) when an asymmetric similarity is used where roles are interchangeable.
+
+    Symmetric tasks — STS, paraphrase mining, clustering, ``model.similarity(a, b)`` on two lists encoded with the
+    same role — need s(a, b) = s(b, a). Only cosine and dot (and learnable with γq = γd) give that (paper 000 Prop.
+    2.1; Table 5 shows a 37–44 point Spearman loss for QNorm/DNorm-style variants on STS-B). Returns True when the
+    use is fine.
+    """
+    if not is_asymmetric(model_or_similarity):
+        return True
+    msg = (
+        f"Asymmetric similarity used for {context}: qnorm, dnorm and learnable (γq ≠ γd) are only valid when inputs "
+        "have distinct query/document roles (paper 000, Prop. 2.1 'Task Symmetry Principle'). Use 'cosine' or 'dot' "
+        "for STS, paraphrase or clustering, or encode with encode_query/encode_document for retrieval."
+    )
+    if strict:
+        raise ValueError(msg)
+    warnings.warn(msg, AsymmetricSimilarityWarning, stacklevel=2)
+    return False
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# surgery helpers
+# ----------------------------------------------------------------------------------------------------------------
+def _strip_list(modules: Iterable[nn.Module]) -> tuple[list[nn.Module], int]:
+    kept, removed = [], 0
+    for m in modules:
+        if _is_normalize(m) or isinstance(m, RoleNormalize):
+            removed += 1
+        else:
+            kept.append(m)
+    return kept, removed
+
+
+def _backbone(model: SentenceTransformer) -> tuple[list[nn.Module], Router | None, int]:
+    """Modules without any normalisation. Unwraps a query/document Router that shares its backbone.
+
+    Returns ``(modules, two_tower_router, n_removed)``: ``two_tower_router`` is set (and stripped in place) when the
+    model's Router has genuinely different routes, which must be kept.
+    """
+    modules = list(model)
+    removed = 0
+    if modules and isinstance(modules[0], Router):
+        router = modules[0]
+        routes = _route_lists(router)
+        stripped = {name: _strip_list(seq) for name, seq in routes.items()}
+        removed += sum(n for _, n in stripped.values())
+        cores = [[id(m) for m in seq] for seq, _ in stripped.values()]
+        rest, n_rest = _strip_list(modules[1:])
+        removed += n_rest
+        if all(c == cores[0] for c in cores):
+            return list(next(iter(stripped.values()))[0]) + rest, None, removed
+        for name, (seq, _) in stripped.items():
+            router.sub_modules[name] = nn.Sequential(*seq)
+        return [router] + rest, router, removed
+    kept, removed = _strip_list(modules)
+    return kept, None, removed
+
+
+def _replace_modules(model: SentenceTransformer, new_modules: list[nn.Module]) -> None:
+    old_kwargs = model.module_kwargs or {}
+    old_names = {id(m): name for name, m in model.named_children()}
+    for name in list(model._modules):
+        del model._modules[name]
+    new_kwargs: dict[str, list[str]] = {}
+    for idx, module in enumerate(new_modules):
+        model.add_module(str(idx), module)
+        old = old_names.get(id(module))
+        if old is not None and old in old_kwargs:
+            new_kwargs[str(idx)] = old_kwargs[old]
+    model.module_kwargs = new_kwargs or None
+
+
+def _fresh_normalize() -> Normalize:
+    return Normalize()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# public API
+# ----------------------------------------------------------------------------------------------------------------
+def apply_similarity(
+    model: SentenceTransformer,
+    similarity: str | Similarity,
+    *,
+    init_gamma: float | tuple[float, float] = 0.5,
+    eps: float = DEFAULT_EPS,
+    warn_on_strip: bool = True,
+) -> SentenceTransformer:
+    """Turn ``model`` (in place) into a model that serves ``similarity`` with its own query/document roles.
+
+    Removes every ``Normalize`` (also inside Router routes), adds the role-specific rescaling φ_γ, and sets
+    ``model.similarity_fn_name = "dot"``. For cosine/dot/qnorm/dnorm only built-in ST modules are used, so the saved
+    model loads in stock sentence-transformers without ``trust_remote_code``; ``learnable`` adds a
+    :class:`~st_magnitude.modules.RoleNormalize` holding γ̂q, γ̂d (trained, saved and reloaded with the model).
+
+    Train it with a *dot* similarity on the model output (``get_similarity("dot")``, or our losses, which detect the
+    carried similarity) and ``router_mapping={"anchor": "query", "positive": "document", ...}`` so that the trainer
+    tells each column its role. Re-applying a variant to an already converted model replaces the old one.
+
+    Args:
+        model: any SentenceTransformer.
+        similarity: ``"cosine"``, ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"`` or a :class:`Similarity`
+            (a ``PowerNormSimilarity`` with fractional γ is carried as a fixed :class:`RoleNormalize`).
+        init_gamma: initial γ for ``learnable`` (paper: 0.5), a float or a (γq, γd) pair.
+        eps: norm floor for the rescaling.
+        warn_on_strip: warn when a ``Normalize`` is removed to keep magnitude (cosine-pretrained models can collapse,
+            paper 000 App. F / N.3).
+
+    Returns:
+        The same ``model`` object, converted.
+    """
+    if not isinstance(model, SentenceTransformer):
+        raise TypeError(f"apply_similarity expects a SentenceTransformer, got {type(model).__name__}")
+    if isinstance(similarity, Similarity):
+        if isinstance(similarity, LearnableSimilarity):
+            name, gammas = "learnable", (similarity.gamma_query, similarity.gamma_document)
+            init_gamma = gammas
+        else:
+            gammas = (similarity.gamma_query, similarity.gamma_document)
+            name = next((k for k, v in CORNER_GAMMAS.items() if v == gammas), "fractional")
+    else:
+        name = validate_similarity_name(similarity)
+        gammas = CORNER_GAMMAS.get(name)
+
+    had_normalize = model_gammas(model) not in (None, (0.0, 0.0)) or any(
+        _is_normalize(m) for m in model.modules()
+    )
+    backbone, two_tower, removed = _backbone(model)
+    keeps_magnitude = name not in ("cosine",)
+    if removed and keeps_magnitude and warn_on_strip and had_normalize:
+        warnings.warn(
+            f"apply_similarity({name!r}) removed {removed} Normalize module(s) so the model keeps embedding "
+            "magnitude. If this model was pretrained with cosine, its norms carry little signal yet and fine-tuning "
+            "with small data can collapse magnitude (paper 000 App. F/N.3: E5 with 82K pairs). Watch a dual "
+            "dot/cosine validation metric.",
+            MagnitudeCollapseWarning,
+            stacklevel=2,
+        )
+
+    if name == "learnable":
+        gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
+        new = backbone + [RoleNormalize(gq, gd, learnable=True, eps=eps)]
+    elif name == "fractional":
+        new = backbone + [RoleNormalize(gammas[0], gammas[1], learnable=False, eps=eps)]
+    elif name == "dot":
+        new = backbone
+    elif name == "cosine":
+        new = backbone + [_fresh_normalize()]
+    elif two_tower is not None:
+        # genuinely different towers: put the Normalize inside the route that needs it
+        gq, gd = gammas
+        for route, g in ((_ROUTE_QUERY, gq), (_ROUTE_DOCUMENT, gd)):
+            if g == 1.0:
+                if route not in two_tower.sub_modules:
+                    raise ValueError(
+                        f"Router has routes {sorted(two_tower.sub_modules)}; {name!r} needs a {route!r} route."
+                    )
+                two_tower.sub_modules[route].append(_fresh_normalize())
+        new = backbone
+    else:
+        gq, gd = gammas
+        q_route = backbone + ([_fresh_normalize()] if gq == 1.0 else [])
+        d_route = backbone + ([_fresh_normalize()] if gd == 1.0 else [])
+        new = [Router.for_query_document(query_modules=q_route, document_modules=d_route)]
+
+    _replace_modules(model, new)
+    model.similarity_fn_name = "dot"
+    logger.info("apply_similarity: model now serves %r with modules %s", name, [type(m).__name__ for m in model])
+    return model
+
+
+def strip_normalize(
+    model: SentenceTransformer | str | os.PathLike,
+    output_path: str | os.PathLike | None = None,
+    *,
+    similarity_fn_name: str = "dot",
+    warn: bool = True,
+) -> SentenceTransformer | Path:
+    """Remove every ``Normalize`` module (top level and inside ``Router`` routes) and switch the similarity to dot.
+
+    Works on a loaded model (returned, modified in place) or on a saved model folder, edited at file level without
+    loading any weights (``output_path`` = where to write the stripped copy; ``None`` edits the folder in place;
+    returns the folder's path).
+
+    Warns with :class:`MagnitudeCollapseWarning`: a cosine-pretrained model's norms were never trained, and
+    fine-tuning it with a magnitude-keeping similarity on little data can collapse (paper 000 App. F, N.3).
+    """
+    if similarity_fn_name not in SentenceTransformer.SUPPORTED_SIMILARITY_FN_NAMES:
+        raise ValueError(
+            f"similarity_fn_name must be one of {SentenceTransformer.SUPPORTED_SIMILARITY_FN_NAMES}, "
+            f"got {similarity_fn_name!r}"
+        )
+    if isinstance(model, SentenceTransformer):
+        backbone, _, removed = _backbone_strip_only(model)
+        _replace_modules(model, backbone)
+        model.similarity_fn_name = similarity_fn_name
+        _warn_strip(removed, warn)
+        return model
+    return _strip_normalize_folder(Path(model), None if output_path is None else Path(output_path),
+                                   similarity_fn_name, warn)
+
+
+def _backbone_strip_only(model: SentenceTransformer) -> tuple[list[nn.Module], None, int]:
+    """Remove Normalize modules only (RoleNormalize is kept: it is not a plain normalisation)."""
+    modules = list(model)
+    removed = 0
+    for m in modules:
+        if isinstance(m, Router):
+            for name, seq in list(m.sub_modules.items()):
+                kept = [x for x in seq if not _is_normalize(x)]
+                removed += len(seq) - len(kept)
+                m.sub_modules[name] = nn.Sequential(*kept)
+    kept = [m for m in modules if not _is_normalize(m)]
+    removed += len(modules) - len(kept)
+    return kept, None, removed
+
+
+def _warn_strip(removed: int, warn: bool) -> None:
+    if removed == 0:
+        logger.info("strip_normalize: the model had no Normalize module; nothing removed")
+        return
+    if warn:
+        warnings.warn(
+            f"strip_normalize removed {removed} Normalize module(s); the similarity is now dot. A model pretrained "
+            "with cosine has untrained norms: fine-tuning it with a magnitude-keeping similarity on small data can "
+            "collapse magnitude (paper 000 App. F/N.3). Monitor cosine and dot validation metrics together.",
+            MagnitudeCollapseWarning,
+            stacklevel=3,
+        )
+
+
+def _is_normalize_type(type_str: str) -> bool:
+    return type_str.rsplit(".", 1)[-1] == "Normalize" and type_str.startswith("sentence_transformers.")
+
+
+def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str, warn: bool) -> Path:
+    modules_file = src / "modules.json"
+    if not modules_file.is_file():
+        raise FileNotFoundError(f"{src} is not a saved SentenceTransformer folder (no modules.json)")
+    if dst is not None:
+        if dst.exists() and any(dst.iterdir()):
+            raise FileExistsError(f"output_path {dst} exists and is not empty")
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+        root = dst
+    else:
+        root = src
+    entries: list[dict[str, Any]] = json.loads((root / "modules.json").read_text())
+    kept, removed = [], 0
+    for entry in entries:
+        if _is_normalize_type(entry.get("type", "")):
+            removed += 1
+            folder = root / entry.get("path", "")
+            if entry.get("path") and folder.is_dir():
+                shutil.rmtree(folder)
+        else:
+            kept.append(entry)
+            if entry.get("type", "").endswith(".Router"):
+                removed += _strip_router_folder(root / entry.get("path", ""))
+    (root / "modules.json").write_text(json.dumps(kept, indent=2))
+    cfg_file = root / "config_sentence_transformers.json"
+    cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+    cfg["similarity_fn_name"] = similarity_fn_name
+    cfg_file.write_text(json.dumps(cfg, indent=2))
+    _warn_strip(removed, warn)
+    return root
+
+
+def _strip_router_folder(folder: Path) -> int:
+    cfg_file = folder / "router_config.json"
+    if not cfg_file.is_file():
+        return 0
+    cfg = json.loads(cfg_file.read_text())
+    types: dict[str, str] = cfg.get("types", {})
+    drop = {key for key, t in types.items() if _is_normalize_type(t)}
+    if not drop:
+        return 0
+    removed = 0
+    for route, keys in cfg.get("structure", {}).items():
+        kept = [k for k in keys if k not in drop]
+        removed += len(keys) - len(kept)
+        cfg["structure"][route] = kept
+    for key in drop:
+        types.pop(key, None)
+        if (folder / key).is_dir():
+            shutil.rmtree(folder / key)
+    cfg_file.write_text(json.dumps(cfg, indent=2))
+    return removed

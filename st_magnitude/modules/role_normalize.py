@@ -1,0 +1,179 @@
+"""``RoleNormalize``: the per-role rescaling φ_γ carried by the model (paper 000 eqs. 3–7 factorised, digest §2.2).
+
+A model ending in ``RoleNormalize`` emits φ_γq(q) for queries and φ_γd(d) for documents, so that a plain dot
+product of its query and document embeddings equals the training similarity. The role comes from the ``task``
+forward kwarg (``encode_query`` / ``encode_document``) or, in training, from ``features["task"]`` stamped by the
+data collator when ``SentenceTransformerTrainingArguments(router_mapping=...)`` is set.
+
+Fixed corner variants (γ ∈ {0, 1}) are exported with ST's built-in ``Router``/``Normalize`` instead (see
+:func:`st_magnitude.apply_similarity`), so only learnable/fractional γ needs this class — and then loading the saved
+model needs ``trust_remote_code=True``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+from sentence_transformers.base.modules import Module
+from torch import Tensor, nn
+
+from st_magnitude.similarity import DEFAULT_EPS, LearnableSimilarity, PowerNormSimilarity, Similarity
+
+try:
+    from typing import Self
+except ImportError:  # pragma: no cover - Python 3.10
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("query", "document")
+_ROLE_ALIASES = {"query": "query", "document": "document", "passage": "document", "corpus": "document", "doc": "document"}
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+class RoleNormalize(Module):
+    """Rescale ``sentence_embedding`` by ``1 / ‖v‖^γ`` with a γ that depends on the input's role.
+
+    Args:
+        gamma_query: γq for queries, in [0, 1] (1 = L2-normalise, 0 = keep magnitude). With ``learnable=True``
+            this is the *initial* value and must lie in (0, 1).
+        gamma_document: γd for documents, same rules.
+        learnable: if True, γ = sigmoid(γ̂) with trainable scalars ``gamma_query_logit`` / ``gamma_document_logit``
+            (paper 000 eq. 7). They are saved in ``model.safetensors`` with the model, and can get their own
+            learning rate through ``learning_rate_mapping={r"gamma_.*_logit": 1e-2}``.
+        default_role: role used when no task is given (plain ``model.encode``). ``"document"`` matches
+            ``Router.for_query_document``'s default route.
+        eps: norm floor; zero vectors map to zero vectors with finite gradients.
+    """
+
+    config_keys: list[str] = ["gamma_query", "gamma_document", "learnable", "default_role", "eps"]
+    forward_kwargs: set[str] = {"task"}
+
+    def __init__(
+        self,
+        gamma_query: float = 0.5,
+        gamma_document: float = 0.5,
+        learnable: bool = False,
+        default_role: str = "document",
+        eps: float = DEFAULT_EPS,
+    ) -> None:
+        super().__init__()
+        if default_role not in ROLES:
+            raise ValueError(f"default_role must be one of {ROLES}, got {default_role!r}")
+        self.learnable = bool(learnable)
+        self.default_role = default_role
+        self.eps = float(eps)
+        for label, g in (("gamma_query", gamma_query), ("gamma_document", gamma_document)):
+            lo_ok = 0.0 < float(g) < 1.0 if self.learnable else 0.0 <= float(g) <= 1.0
+            if not lo_ok:
+                rng = "the open interval (0, 1)" if self.learnable else "[0, 1]"
+                raise ValueError(f"{label} must lie in {rng}, got {g!r}")
+        if self.learnable:
+            self.gamma_query_logit = nn.Parameter(torch.tensor(_logit(float(gamma_query))))
+            self.gamma_document_logit = nn.Parameter(torch.tensor(_logit(float(gamma_document))))
+        else:
+            self._fixed = (float(gamma_query), float(gamma_document))
+        self._warned_no_role = False
+
+    # config values are read from the live parameters, so a saved config holds the trained γ
+    @property
+    def gamma_query(self) -> float:
+        return float(torch.sigmoid(self.gamma_query_logit.detach())) if self.learnable else self._fixed[0]
+
+    @property
+    def gamma_document(self) -> float:
+        return float(torch.sigmoid(self.gamma_document_logit.detach())) if self.learnable else self._fixed[1]
+
+    def gamma_for(self, role: str) -> float | Tensor:
+        if self.learnable:
+            return torch.sigmoid(self.gamma_query_logit if role == "query" else self.gamma_document_logit)
+        return self._fixed[0] if role == "query" else self._fixed[1]
+
+    @property
+    def symmetric(self) -> bool:
+        return self.gamma_query == self.gamma_document
+
+    def similarity(self) -> Similarity:
+        """The similarity this module implements on *raw* (un-rescaled) embeddings; shares γ̂ when learnable."""
+        if self.learnable:
+            return LearnableSimilarity(eps=self.eps, source=self)
+        return PowerNormSimilarity(*self._fixed, eps=self.eps)
+
+    def resolve_role(self, task: Any) -> str:
+        if task is None:
+            return self.default_role
+        role = _ROLE_ALIASES.get(str(task).lower())
+        if role is None:
+            raise ValueError(
+                f"RoleNormalize got task {task!r}; valid roles are 'query' and 'document' "
+                f"(aliases: {sorted(_ROLE_ALIASES)}). Set router_mapping / encode_query / encode_document accordingly."
+            )
+        return role
+
+    def forward(self, features: dict[str, Tensor], task: str | None = None, **kwargs) -> dict[str, Tensor]:
+        from st_magnitude.similarity import phi
+
+        if task is None:
+            task = features.get("task")
+        if task is None and not self.symmetric and not self._warned_no_role:
+            logger.warning(
+                "RoleNormalize: no query/document role was given, so inputs are treated as %ss. This model's "
+                "similarity is asymmetric (gamma_query=%.3f, gamma_document=%.3f): use encode_query/encode_document, "
+                "and in training set router_mapping (e.g. {'anchor': 'query', 'positive': 'document'}). Asymmetric "
+                "similarities are not valid for symmetric tasks such as STS or clustering (paper 000 Prop. 2.1).",
+                self.default_role,
+                self.gamma_query,
+                self.gamma_document,
+            )
+            self._warned_no_role = True
+        role = self.resolve_role(task)
+        emb = features["sentence_embedding"]
+        features["sentence_embedding"] = phi(emb, self.gamma_for(role), self.eps)
+        return features
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self.config_keys}
+
+    def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
+        self.save_config(output_path)
+        if self.learnable:
+            self.save_torch_weights(output_path, safe_serialization=safe_serialization)
+
+    @classmethod
+    def load(
+        cls,
+        model_name_or_path: str,
+        subfolder: str = "",
+        token: bool | str | None = None,
+        cache_folder: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        **kwargs,
+    ) -> Self:
+        hub_kwargs = {
+            "subfolder": subfolder,
+            "token": token,
+            "cache_folder": cache_folder,
+            "revision": revision,
+            "local_files_only": local_files_only,
+        }
+        config = cls.load_config(model_name_or_path, **hub_kwargs)
+        config = {k: v for k, v in config.items() if k in cls.config_keys}
+        if config.get("learnable"):
+            # the saved γ may sit on the boundary after training; the weights file restores the exact logits
+            config["gamma_query"] = 0.5
+            config["gamma_document"] = 0.5
+            module = cls(**config)
+            cls.load_torch_weights(model_name_or_path, model=module, **hub_kwargs)
+            return module
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        kind = "learnable" if self.learnable else "fixed"
+        return f"RoleNormalize({kind}, gamma_query={self.gamma_query:.4f}, gamma_document={self.gamma_document:.4f})"

@@ -1,0 +1,356 @@
+"""The magnitude-aware similarity family — the only place this math lives.
+
+Every variant of paper 000 ("Beyond the Unit Hypersphere", Feng & Watanabe) is a per-role rescaling followed by a
+dot product (digest 000 §2.2)::
+
+    s(q, d) = φ_γq(q) · φ_γd(d),        φ_γ(v) = v / ‖v‖^γ
+
+    cosine (1, 1)   paper eq. 3:  qᵀd / (‖q‖‖d‖)
+    dot    (0, 0)   paper eq. 4:  qᵀd
+    qnorm  (1, 0)   paper eq. 5:  q̂ᵀd = ‖d‖ cos θ
+    dnorm  (0, 1)   paper eq. 6:  qᵀd̂ = ‖q‖ cos θ
+    learnable       paper eq. 7:  qᵀd / (‖q‖^γq ‖d‖^γd),  γ = sigmoid(γ̂), γ̂ initialised at 0 (γ = 0.5)
+
+Each similarity is an :class:`torch.nn.Module` with a *matrix* form ``sim(Q[B, n], D[M, n]) -> [B, M]`` (its
+``forward``, so it can be passed as ``similarity_fct`` to sentence-transformers losses such as
+``MultipleNegativesRankingLoss``) and a *pairwise* form ``sim.pairwise(Q[B, n], D[B, n]) -> [B]`` (for
+``MarginMSELoss``-style losses). Norms are eps-safe: ``‖v‖`` is clamped from below by ``eps`` so a zero vector
+gives a zero score and zero gradient, never NaN.
+
+Roles matter: only ``cosine`` and ``dot`` (and ``learnable`` with γq = γd) are symmetric (paper 000 Prop. 2.1).
+The first argument is always the query side, the second the document side.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EPS = 1e-8
+
+__all__ = [
+    "SIMILARITY_NAMES",
+    "CORNER_GAMMAS",
+    "Similarity",
+    "PowerNormSimilarity",
+    "CosineSimilarity",
+    "DotSimilarity",
+    "QNormSimilarity",
+    "DNormSimilarity",
+    "LearnableSimilarity",
+    "get_similarity",
+    "phi",
+    "safe_norm",
+    "validate_similarity_name",
+]
+
+#: (γq, γd) of the four fixed variants: the corners of the learnable square (digest 000 §2.1).
+CORNER_GAMMAS: dict[str, tuple[float, float]] = {
+    "cosine": (1.0, 1.0),
+    "dot": (0.0, 0.0),
+    "qnorm": (1.0, 0.0),
+    "dnorm": (0.0, 1.0),
+}
+
+#: Names accepted by :func:`get_similarity`.
+SIMILARITY_NAMES: tuple[str, ...] = ("cosine", "dot", "qnorm", "dnorm", "learnable")
+
+_ALIASES = {
+    "cos": "cosine",
+    "cos_sim": "cosine",
+    "dot_product": "dot",
+    "dot_score": "dot",
+    "query_norm": "qnorm",
+    "querynorm": "qnorm",
+    "doc_norm": "dnorm",
+    "document_norm": "dnorm",
+    "docnorm": "dnorm",
+    "learnable_norm": "learnable",
+}
+
+
+def validate_similarity_name(name: str) -> str:
+    """Return the canonical similarity name, or raise a ``ValueError`` that lists the valid names."""
+    if not isinstance(name, str):
+        raise TypeError(f"similarity must be a name (one of {list(SIMILARITY_NAMES)}), got {type(name).__name__}")
+    key = name.strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in SIMILARITY_NAMES:
+        raise ValueError(f"Unknown similarity {name!r}. Valid names: {', '.join(SIMILARITY_NAMES)}.")
+    return key
+
+
+def safe_norm(v: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
+    """L2 norm over the last dimension, clamped to ``>= eps`` (keeps dims).
+
+    Computed in at least fp32 so half-precision inputs with large norms do not overflow.
+    """
+    work = v.float() if v.dtype in (torch.float16, torch.bfloat16) else v
+    return torch.linalg.vector_norm(work, ord=2, dim=-1, keepdim=True).clamp_min(eps)
+
+
+def phi(v: Tensor, gamma: float | Tensor, eps: float = DEFAULT_EPS) -> Tensor:
+    """Per-role rescaling φ_γ(v) = v / ‖v‖^γ (digest 000 §2.2; paper 000 eqs. 3–7 factorised).
+
+    ``gamma`` is a float or a 0-d tensor in [0, 1]. γ = 1 is L2 normalisation, γ = 0 the identity. ``‖v‖^γ`` is
+    computed as ``exp(γ · log(max(‖v‖, eps)))`` so gradients flow into a tensor γ.
+    """
+    if isinstance(gamma, (int, float)):
+        if gamma == 0:
+            return v
+        if gamma == 1:
+            return (v / safe_norm(v, eps)).to(v.dtype)
+    norm = safe_norm(v, eps)
+    scale = torch.exp(-gamma * torch.log(norm))
+    return (v * scale).to(v.dtype)
+
+
+def _dot_matrix(a: Tensor, b: Tensor) -> Tensor:
+    return a @ b.transpose(-1, -2)
+
+
+def _check_inputs(a: Tensor, b: Tensor, pairwise: bool) -> tuple[Tensor, Tensor]:
+    if not isinstance(a, Tensor):
+        a = torch.as_tensor(a)
+    if not isinstance(b, Tensor):
+        b = torch.as_tensor(b)
+    if a.dim() == 1:
+        a = a.unsqueeze(0)
+    if b.dim() == 1:
+        b = b.unsqueeze(0)
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"Embedding dimensions differ: queries have {a.shape[-1]}, documents {b.shape[-1]}.")
+    if pairwise and a.shape[0] != b.shape[0]:
+        raise ValueError(f"Pairwise similarity needs as many queries as documents, got {a.shape[0]} and {b.shape[0]}.")
+    if a.dtype != b.dtype:
+        dtype = torch.promote_types(a.dtype, b.dtype)
+        a, b = a.to(dtype), b.to(dtype)
+    return a, b
+
+
+class Similarity(nn.Module):
+    """Base class: ``forward(q, d)`` is the matrix form, :meth:`pairwise` the row-wise form.
+
+    Subclasses implement :meth:`gammas` (the current (γq, γd)); everything else follows from φ_γ.
+    """
+
+    name: str = "similarity"
+
+    def __init__(self, eps: float = DEFAULT_EPS) -> None:
+        super().__init__()
+        if not (eps > 0 and math.isfinite(eps)):
+            raise ValueError(f"eps must be a positive finite float, got {eps!r}")
+        self.eps = float(eps)
+
+    # --- the math ---------------------------------------------------------------------------------------------
+    def gammas(self) -> tuple[float | Tensor, float | Tensor]:
+        raise NotImplementedError
+
+    def transform_query(self, q: Tensor) -> Tensor:
+        """φ_γq(q): what a model serving this similarity emits for queries."""
+        return phi(q, self.gammas()[0], self.eps)
+
+    def transform_document(self, d: Tensor) -> Tensor:
+        """φ_γd(d): what a model serving this similarity emits for documents."""
+        return phi(d, self.gammas()[1], self.eps)
+
+    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
+        """Matrix form: ``[B, n] x [M, n] -> [B, M]``; row i holds query i against every document."""
+        queries, documents = _check_inputs(queries, documents, pairwise=False)
+        return _dot_matrix(self.transform_query(queries), self.transform_document(documents))
+
+    def pairwise(self, queries: Tensor, documents: Tensor) -> Tensor:
+        """Pairwise form: ``[B, n] x [B, n] -> [B]``; entry i is s(q_i, d_i)."""
+        queries, documents = _check_inputs(queries, documents, pairwise=True)
+        return (self.transform_query(queries) * self.transform_document(documents)).sum(-1)
+
+    # --- properties -----------------------------------------------------------------------------------------
+    @property
+    def gamma_query(self) -> float:
+        g = self.gammas()[0]
+        return float(g.detach()) if isinstance(g, Tensor) else float(g)
+
+    @property
+    def gamma_document(self) -> float:
+        g = self.gammas()[1]
+        return float(g.detach()) if isinstance(g, Tensor) else float(g)
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether s(a, b) == s(b, a) for all a, b (paper 000 Prop. 2.1): only when γq == γd."""
+        return self.gamma_query == self.gamma_document
+
+    @property
+    def requires_roles(self) -> bool:
+        """True when query and document inputs must be encoded in their own roles."""
+        return not self.symmetric
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gamma_query": self.gamma_query, "gamma_document": self.gamma_document}
+
+    def extra_repr(self) -> str:
+        return f"gamma_query={self.gamma_query:.4f}, gamma_document={self.gamma_document:.4f}"
+
+    def __repr__(self) -> str:  # used by ST's model card when rendering loss configs
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+
+class PowerNormSimilarity(Similarity):
+    """Fixed-exponent member of the family: s(q, d) = qᵀd / (‖q‖^γq ‖d‖^γd) with constant γ ∈ [0, 1]."""
+
+    name = "power_norm"
+
+    def __init__(self, gamma_query: float, gamma_document: float, eps: float = DEFAULT_EPS) -> None:
+        super().__init__(eps=eps)
+        for label, g in (("gamma_query", gamma_query), ("gamma_document", gamma_document)):
+            if not (0.0 <= float(g) <= 1.0):
+                raise ValueError(f"{label} must lie in [0, 1], got {g!r}")
+        self._gq = float(gamma_query)
+        self._gd = float(gamma_document)
+        for corner, gs in CORNER_GAMMAS.items():
+            if gs == (self._gq, self._gd) and type(self) is PowerNormSimilarity:
+                self.name = corner
+
+    def gammas(self) -> tuple[float, float]:
+        return self._gq, self._gd
+
+
+class CosineSimilarity(PowerNormSimilarity):
+    """Cosine: q̂ᵀd̂ (paper 000 eq. 3). Symmetric."""
+
+    name = "cosine"
+
+    def __init__(self, eps: float = DEFAULT_EPS) -> None:
+        super().__init__(1.0, 1.0, eps=eps)
+
+    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
+        queries, documents = _check_inputs(queries, documents, pairwise=False)
+        return _dot_matrix(F.normalize(queries, p=2, dim=-1), F.normalize(documents, p=2, dim=-1))
+
+
+class DotSimilarity(PowerNormSimilarity):
+    """Dot product: qᵀd = ‖q‖‖d‖ cos θ (paper 000 eq. 4). Symmetric."""
+
+    name = "dot"
+
+    def __init__(self, eps: float = DEFAULT_EPS) -> None:
+        super().__init__(0.0, 0.0, eps=eps)
+
+
+class QNormSimilarity(PowerNormSimilarity):
+    """Query-only normalisation: q̂ᵀd = ‖d‖ cos θ (paper 000 eq. 5). Asymmetric; ranks like dot."""
+
+    name = "qnorm"
+
+    def __init__(self, eps: float = DEFAULT_EPS) -> None:
+        super().__init__(1.0, 0.0, eps=eps)
+
+
+class DNormSimilarity(PowerNormSimilarity):
+    """Document-only normalisation: qᵀd̂ = ‖q‖ cos θ (paper 000 eq. 6). Asymmetric; ranks like cosine."""
+
+    name = "dnorm"
+
+    def __init__(self, eps: float = DEFAULT_EPS) -> None:
+        super().__init__(0.0, 1.0, eps=eps)
+
+
+class LearnableSimilarity(Similarity):
+    """Learnable normalisation: qᵀd / (‖q‖^γq ‖d‖^γd), γ = sigmoid(γ̂) (paper 000 eq. 7, digest §4).
+
+    Two unconstrained scalars γ̂q, γ̂d, initialised so that γ = ``init_gamma`` (paper: 0.5, i.e. γ̂ = 0).
+    ∂s/∂γq = −ln‖q‖·s and ∂s/∂γd = −ln‖d‖·s (paper eqs. 38–39) follow from autograd.
+
+    Args:
+        init_gamma: initial γ for both sides, or a ``(γq, γd)`` pair; each in the open interval (0, 1).
+        eps: norm floor.
+        source: optional module holding ``gamma_query_logit`` / ``gamma_document_logit`` parameters (e.g. the
+            model's :class:`~st_magnitude.modules.RoleNormalize`); the similarity then shares those parameters
+            instead of owning its own, so training it trains the model's γ̂.
+    """
+
+    name = "learnable"
+
+    def __init__(
+        self,
+        init_gamma: float | tuple[float, float] = 0.5,
+        eps: float = DEFAULT_EPS,
+        source: nn.Module | None = None,
+    ) -> None:
+        super().__init__(eps=eps)
+        if source is not None:
+            if not (hasattr(source, "gamma_query_logit") and hasattr(source, "gamma_document_logit")):
+                raise ValueError("source must hold `gamma_query_logit` and `gamma_document_logit` parameters")
+            # stored in a list so the parameters are not registered twice (they belong to `source`)
+            self._source = [source]
+        else:
+            gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
+            for label, g in (("gamma_query", gq), ("gamma_document", gd)):
+                if not (0.0 < float(g) < 1.0):
+                    raise ValueError(f"initial {label} must lie in the open interval (0, 1), got {g!r}")
+            self._source = None
+            self.gamma_query_logit = nn.Parameter(torch.tensor(_logit(float(gq))))
+            self.gamma_document_logit = nn.Parameter(torch.tensor(_logit(float(gd))))
+
+    def _logits(self) -> tuple[Tensor, Tensor]:
+        holder = self._source[0] if self._source is not None else self
+        return holder.gamma_query_logit, holder.gamma_document_logit
+
+    def gammas(self) -> tuple[Tensor, Tensor]:
+        lq, ld = self._logits()
+        return torch.sigmoid(lq), torch.sigmoid(ld)
+
+    def transform_query(self, q: Tensor) -> Tensor:
+        return phi(q, self.gammas()[0].to(q.device), self.eps)
+
+    def transform_document(self, d: Tensor) -> Tensor:
+        return phi(d, self.gammas()[1].to(d.device), self.eps)
+
+    @property
+    def symmetric(self) -> bool:
+        lq, ld = self._logits()
+        return bool(torch.equal(lq.detach(), ld.detach()))
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+_CLASSES: dict[str, type[Similarity]] = {
+    "cosine": CosineSimilarity,
+    "dot": DotSimilarity,
+    "qnorm": QNormSimilarity,
+    "dnorm": DNormSimilarity,
+    "learnable": LearnableSimilarity,
+}
+
+
+def get_similarity(name: str | Similarity, **kwargs: Any) -> Similarity:
+    """Look a similarity up by name: one of ``cosine``, ``dot``, ``qnorm``, ``dnorm``, ``learnable``.
+
+    A :class:`Similarity` instance is returned unchanged. Keyword arguments go to the class (``eps`` for all,
+    ``init_gamma`` / ``source`` for ``learnable``). An unknown name raises ``ValueError`` listing the valid ones.
+
+    Example::
+
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+        loss = MultipleNegativesRankingLoss(model, similarity_fct=get_similarity("qnorm"))
+    """
+    if isinstance(name, Similarity):
+        if kwargs:
+            raise ValueError("keyword arguments are only accepted together with a similarity name")
+        return name
+    key = validate_similarity_name(name)
+    cls = _CLASSES[key]
+    if key != "learnable":
+        unknown = set(kwargs) - {"eps"}
+        if unknown:
+            raise ValueError(f"similarity {key!r} accepts only `eps`, got {sorted(unknown)}")
+    return cls(**kwargs)

