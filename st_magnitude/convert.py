@@ -51,6 +51,7 @@ __all__ = [
     "apply_similarity",
     "strip_normalize",
     "model_similarity",
+    "carried_similarity",
     "model_gammas",
     "is_asymmetric",
     "check_symmetric_use",
@@ -127,6 +128,22 @@ def model_similarity(model: SentenceTransformer) -> Similarity | None:
     if gammas is None:
         return None
     return PowerNormSimilarity(*gammas)
+
+
+def carried_similarity(model: SentenceTransformer) -> Similarity | None:
+    """The similarity a model *converted by* :func:`apply_similarity` carries, else ``None``.
+
+    Converted means the model itself applies a role-specific rescaling: a query/document ``Router`` that shares its
+    backbone, or a :class:`RoleNormalize`. Its outputs are then already φ_γq(q) / φ_γd(d), so a loss must score them
+    with a plain dot product (and give each column its role through ``features["task"]``). A plain model (with or
+    without a trailing ``Normalize``) returns ``None``: a loss then applies its own similarity to the outputs.
+    """
+    modules = list(model)
+    if any(isinstance(m, RoleNormalize) for m in modules):
+        return model_similarity(model)
+    if modules and isinstance(modules[0], Router) and _query_document_router_gammas(modules[0]) is not None:
+        return model_similarity(model)
+    return None
 
 
 def is_asymmetric(model_or_similarity: SentenceTransformer | Similarity) -> bool:
