@@ -281,6 +281,12 @@ def apply_similarity(
             name = next((k for k, v in CORNER_GAMMAS.items() if v == gammas), "fractional")
     else:
         name = validate_similarity_name(similarity)
+        if name != "learnable" and name not in CORNER_GAMMAS:
+            carriable = ", ".join([*CORNER_GAMMAS, "learnable"])
+            raise ValueError(
+                f"Similarity {name!r} is not a per-role rescaling and cannot be carried by a model; "
+                f"apply_similarity accepts: {carriable}."
+            )
         gammas = CORNER_GAMMAS.get(name)
 
     had_normalize = model_gammas(model) not in (None, (0.0, 0.0)) or any(
