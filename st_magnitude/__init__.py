@@ -18,6 +18,7 @@ from st_magnitude.convert import (
     model_similarity,
     strip_normalize,
 )
+from st_magnitude.guard import install_symmetry_guard, uninstall_symmetry_guard
 from st_magnitude.modules import RoleNormalize
 from st_magnitude.similarity import SIMILARITY_NAMES, Similarity, get_similarity, phi
 
@@ -33,6 +34,8 @@ __all__ = [
     "carried_similarity",
     "check_symmetric_use",
     "get_similarity",
+    "install_symmetry_guard",
+    "uninstall_symmetry_guard",
     "is_asymmetric",
     "model_gammas",
     "model_similarity",

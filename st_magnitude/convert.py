@@ -289,9 +289,7 @@ def apply_similarity(
             )
         gammas = CORNER_GAMMAS.get(name)
 
-    had_normalize = model_gammas(model) not in (None, (0.0, 0.0)) or any(
-        _is_normalize(m) for m in model.modules()
-    )
+    had_normalize = model_gammas(model) not in (None, (0.0, 0.0)) or any(_is_normalize(m) for m in model.modules())
     backbone, two_tower, removed = _backbone(model)
     keeps_magnitude = name not in ("cosine",)
     if removed and keeps_magnitude and warn_on_strip and had_normalize:
@@ -332,6 +330,10 @@ def apply_similarity(
 
     _replace_modules(model, new)
     model.similarity_fn_name = "dot"
+    if is_asymmetric(model) or name == "learnable":
+        from st_magnitude.guard import install_symmetry_guard
+
+        install_symmetry_guard()
     logger.info("apply_similarity: model now serves %r with modules %s", name, [type(m).__name__ for m in model])
     return model
 
@@ -363,8 +365,9 @@ def strip_normalize(
         model.similarity_fn_name = similarity_fn_name
         _warn_strip(removed, warn)
         return model
-    return _strip_normalize_folder(Path(model), None if output_path is None else Path(output_path),
-                                   similarity_fn_name, warn)
+    return _strip_normalize_folder(
+        Path(model), None if output_path is None else Path(output_path), similarity_fn_name, warn
+    )
 
 
 def _backbone_strip_only(model: SentenceTransformer) -> tuple[list[nn.Module], None, int]:

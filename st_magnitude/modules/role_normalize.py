@@ -30,7 +30,13 @@ except ImportError:  # pragma: no cover - Python 3.10
 logger = logging.getLogger(__name__)
 
 ROLES = ("query", "document")
-_ROLE_ALIASES = {"query": "query", "document": "document", "passage": "document", "corpus": "document", "doc": "document"}
+_ROLE_ALIASES = {
+    "query": "query",
+    "document": "document",
+    "passage": "document",
+    "corpus": "document",
+    "doc": "document",
+}
 
 
 def _logit(p: float) -> float:
