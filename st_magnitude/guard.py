@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import warnings
 import weakref
 from typing import Any
@@ -53,10 +54,21 @@ def _warn(msg: str) -> None:
     warnings.warn(msg, AsymmetricSimilarityWarning, stacklevel=3)
 
 
+def _called_from_model_card() -> bool:
+    # ST's model card encodes widget examples without a role when saving: not a user mistake
+    caller = sys._getframe(2).f_globals.get("__name__", "")
+    return caller.startswith("sentence_transformers") and caller.endswith("model_card")
+
+
 def _guarded_encode(original):
     @functools.wraps(original)
     def encode(self, *args, **kwargs):
-        if kwargs.get("task") is None and self not in _WARNED and is_asymmetric(self):
+        if (
+            kwargs.get("task") is None
+            and self not in _WARNED
+            and not _called_from_model_card()
+            and is_asymmetric(self)
+        ):
             _WARNED.add(self)
             _warn(
                 "encode() was called without a query/document role on a model with an asymmetric similarity "

@@ -107,6 +107,8 @@ def phi(v: Tensor, gamma: float | Tensor, eps: float = DEFAULT_EPS) -> Tensor:
             return v
         if gamma == 1:
             return (v / safe_norm(v, eps)).to(v.dtype)
+    if isinstance(gamma, Tensor) and v.is_inference():
+        gamma = gamma.detach()  # embeddings from encode() (inference mode) cannot join an autograd graph
     norm = safe_norm(v, eps)
     scale = torch.exp(-gamma * torch.log(norm))
     return (v * scale).to(v.dtype)
@@ -354,3 +356,87 @@ def get_similarity(name: str | Similarity, **kwargs: Any) -> Similarity:
         if unknown:
             raise ValueError(f"similarity {key!r} accepts only `eps`, got {sorted(unknown)}")
     return cls(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sim_TN (L2Dir, paper 002): appended for the InfoTN loss. Not a per-role rescaling, so a model cannot carry it.
+# ----------------------------------------------------------------------------------------------------------------
+#: Similarities a model can carry with :func:`st_magnitude.apply_similarity` (per-role rescalings φ_γq, φ_γd).
+CARRIABLE_SIMILARITY_NAMES: tuple[str, ...] = ("cosine", "dot", "qnorm", "dnorm", "learnable")
+
+
+class TNSimilarity(Similarity):
+    """sim_TN(q, t) = 1 − ‖q − t‖ / (‖q‖ + ‖t‖) ∈ [0, 1] (L2Dir paper 002 eqs. 1 and 4; digest 002 §2–3).
+
+    Depends on both direction and length: it is 1 iff q and t have the same direction *and* the same norm
+    (k = ‖t‖/‖q‖ = 1 and cos γ = 1, paper App. A), and 0 iff they point in opposite directions. Symmetric.
+
+    Numerics (digest 002 §7): computed in fp32; the matrix form uses ‖a − b‖² = ‖a‖² + ‖b‖² − 2a·b (no
+    (N, M, d) tensor), and ``eps`` sits inside every square root — ‖a − b‖ = sqrt(d² + eps) and
+    ‖a‖ = sqrt(‖a‖² + eps) — so the gradient is finite at perfect alignment (where L_TN is singular, paper
+    App. A) and at zero vectors. Because (sqrt(x+eps) + sqrt(y+eps))² ≥ (‖a‖+‖b‖)² + eps, the eps-smoothed
+    ratio still lies in [0, 1]; the result is clamped to [0, 1] only to absorb fp32 rounding. Two zero
+    vectors score 0.5 (the paper leaves zero vectors undefined). ``sim_TN(x, x) = 1 − sqrt(eps) / (2‖x‖)``.
+
+    It is not of the form φ_γq(q)·φ_γd(t), so :meth:`transform_query` / :meth:`transform_document` raise.
+    """
+
+    name = "tn"
+
+    def gammas(self) -> tuple[float, float]:
+        raise ValueError("tn is not a per-role rescaling; it cannot be carried by a model (it has no gammas).")
+
+    def transform_query(self, q: Tensor) -> Tensor:
+        raise ValueError(
+            "tn is not a per-role rescaling; it cannot be carried by a model. "
+            f"Similarities a model can carry: {', '.join(CARRIABLE_SIMILARITY_NAMES)}."
+        )
+
+    def transform_document(self, d: Tensor) -> Tensor:
+        return self.transform_query(d)
+
+    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
+        """Matrix form ``[B, n] x [M, n] -> [B, M]`` (fp32), without building a ``[B, M, n]`` tensor."""
+        queries, documents = _check_inputs(queries, documents, pairwise=False)
+        a, b = queries.float(), documents.float()
+        sq_a = (a * a).sum(-1, keepdim=True)  # [B, 1]
+        sq_b = (b * b).sum(-1).unsqueeze(0)  # [1, M]
+        sq_dist = (sq_a + sq_b - 2.0 * (a @ b.transpose(-1, -2))).clamp_min(0.0)  # ‖a − b‖², law of cosines (eq. 2)
+        return self._from_parts(sq_dist, sq_a, sq_b)
+
+    def pairwise(self, queries: Tensor, documents: Tensor) -> Tensor:
+        """Pairwise form ``[B, n] x [B, n] -> [B]`` (fp32); ‖a − b‖ from the difference itself."""
+        queries, documents = _check_inputs(queries, documents, pairwise=True)
+        a, b = queries.float(), documents.float()
+        diff = a - b
+        return self._from_parts((diff * diff).sum(-1), (a * a).sum(-1), (b * b).sum(-1))
+
+    def _from_parts(self, sq_dist: Tensor, sq_a: Tensor, sq_b: Tensor) -> Tensor:
+        eps = self.eps
+        dist = torch.sqrt(sq_dist + eps)
+        denom = torch.sqrt(sq_a + eps) + torch.sqrt(sq_b + eps)
+        return (1.0 - dist / denom).clamp(0.0, 1.0)  # eq. 4: sim_TN = 1 − L_TN
+
+    @property
+    def gamma_query(self) -> float:
+        raise ValueError("tn is not a per-role rescaling; it has no gamma_query.")
+
+    @property
+    def gamma_document(self) -> float:
+        raise ValueError("tn is not a per-role rescaling; it has no gamma_document.")
+
+    @property
+    def symmetric(self) -> bool:
+        return True
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "eps": self.eps}
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps:g}"
+
+
+_CLASSES["tn"] = TNSimilarity
+SIMILARITY_NAMES = (*SIMILARITY_NAMES, "tn")
+_ALIASES.update({"sim_tn": "tn", "tn_similarity": "tn"})
+__all__ += ["CARRIABLE_SIMILARITY_NAMES", "TNSimilarity"]

@@ -1,0 +1,237 @@
+"""apply_similarity / strip_normalize: the model carries its similarity, and saved models stay portable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules import Normalize, Router
+
+from st_magnitude import (
+    MagnitudeCollapseWarning,
+    RoleNormalize,
+    apply_similarity,
+    carried_similarity,
+    is_asymmetric,
+    model_gammas,
+    strip_normalize,
+)
+from st_magnitude.similarity import CORNER_GAMMAS, get_similarity
+
+QUERIES = ["protein in cancer cell", "coffee and sleep", "diet and heart risk"]
+DOCS = ["the protein increase in cancer cell", "vitamin and diet effect on heart risk", "tea and sleep study", "fish"]
+
+
+def raw_embeddings(model_raw: SentenceTransformer, texts: list[str]) -> torch.Tensor:
+    return model_raw.encode(texts, convert_to_tensor=True)
+
+
+@pytest.mark.parametrize("name", ["cosine", "dot", "qnorm", "dnorm", "learnable"])
+def test_model_similarity_equals_training_similarity(tiny_bert_dir, name):
+    from conftest import build_tiny_st
+
+    # Given the same backbone without Normalize (the raw embeddings) and a converted copy
+    raw = build_tiny_st(tiny_bert_dir, normalize=False)
+    model = build_tiny_st(tiny_bert_dir, normalize=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MagnitudeCollapseWarning)
+        apply_similarity(model, name)
+    # When encoding with roles and scoring with the model's own similarity
+    scores = model.similarity(
+        model.encode_query(QUERIES, convert_to_tensor=True), model.encode_document(DOCS, convert_to_tensor=True)
+    )
+    # Then it equals the family member applied to raw embeddings
+    expected = get_similarity(name)(raw_embeddings(raw, QUERIES), raw_embeddings(raw, DOCS))
+    torch.testing.assert_close(scores, expected, rtol=1e-5, atol=1e-5)
+    assert model.similarity_fn_name == "dot"
+    if name == "learnable":
+        assert model_gammas(model) == pytest.approx((0.5, 0.5))
+    else:
+        assert model_gammas(model) == CORNER_GAMMAS[name]
+    assert is_asymmetric(model) == (name in ("qnorm", "dnorm"))
+
+
+def test_corner_variants_use_only_builtin_modules(tiny_model):
+    apply_similarity(tiny_model, "qnorm", warn_on_strip=False)
+    router = tiny_model[0]
+    assert isinstance(router, Router) and len(tiny_model) == 1
+    q_route, d_route = list(router.sub_modules["query"]), list(router.sub_modules["document"])
+    assert isinstance(q_route[-1], Normalize) and not any(isinstance(m, Normalize) for m in d_route)
+    # the backbone is shared, not copied
+    assert [id(m) for m in q_route[:-1]] == [id(m) for m in d_route]
+    n_params = sum(p.numel() for p in tiny_model.parameters())
+    assert n_params == sum(p.numel() for p in q_route[0].parameters())
+
+
+def test_reapplying_replaces_the_variant(tiny_model):
+    apply_similarity(tiny_model, "qnorm", warn_on_strip=False)
+    apply_similarity(tiny_model, "dnorm", warn_on_strip=False)
+    assert model_gammas(tiny_model) == (0.0, 1.0)
+    apply_similarity(tiny_model, "learnable", warn_on_strip=False)
+    assert not isinstance(tiny_model[0], Router)
+    assert sum(isinstance(m, RoleNormalize) for m in tiny_model) == 1
+    apply_similarity(tiny_model, "cosine")
+    assert model_gammas(tiny_model) == (1.0, 1.0) and carried_similarity(tiny_model) is None
+
+
+def test_stripping_warns_about_magnitude_collapse(tiny_model):
+    with pytest.warns(MagnitudeCollapseWarning, match="App. F/N.3"):
+        apply_similarity(tiny_model, "dnorm")
+
+
+def test_apply_similarity_rejects_bad_input(tiny_model):
+    with pytest.raises(ValueError, match="Valid names"):
+        apply_similarity(tiny_model, "cosin")
+    with pytest.raises(TypeError, match="SentenceTransformer"):
+        apply_similarity(object(), "dot")  # type: ignore[arg-type]
+
+
+def test_two_tower_router_gets_normalize_on_the_right_route(tiny_bert_dir):
+    from conftest import build_tiny_st
+
+    q_tower = build_tiny_st(tiny_bert_dir, normalize=True, seed=1)
+    d_tower = build_tiny_st(tiny_bert_dir, normalize=False, seed=2)
+    router = Router.for_query_document(query_modules=list(q_tower), document_modules=list(d_tower))
+    model = SentenceTransformer(modules=[router], device="cpu")
+    assert is_asymmetric(model)  # an unrecognised two-tower model needs roles
+    apply_similarity(model, "dnorm", warn_on_strip=False)
+    q = model.encode_query(QUERIES, convert_to_tensor=True)
+    d = model.encode_document(DOCS, convert_to_tensor=True)
+    assert not torch.allclose(q.norm(dim=-1), torch.ones(3))
+    torch.testing.assert_close(d.norm(dim=-1), torch.ones(4))
+
+
+FRESH_PROCESS = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+    path, out, trust = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    model = SentenceTransformer(path, device="cpu", trust_remote_code=trust)
+    q = model.encode_query(json.loads(sys.argv[4]), convert_to_tensor=True)
+    d = model.encode_document(json.loads(sys.argv[5]), convert_to_tensor=True)
+    s = model.similarity(q, d)
+    np.savez(out, q=q.numpy(), d=d.numpy(), s=s.numpy(), sim=np.array(model.similarity_fn_name))
+    assert ("st_magnitude" in sys.modules) == trust, sorted(m for m in sys.modules if m.startswith("st_mag"))
+    """
+)
+
+
+def run_fresh(path, out, trust: bool) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FRESH_PROCESS,
+            str(path),
+            str(out),
+            "1" if trust else "0",
+            json.dumps(QUERIES),
+            json.dumps(DOCS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("name", ["cosine", "dot", "qnorm", "dnorm"])
+def test_saved_corner_model_loads_in_stock_st_without_the_plugin(tiny_model, tmp_path, name):
+    apply_similarity(tiny_model, name, warn_on_strip=False)
+    q = tiny_model.encode_query(QUERIES, convert_to_tensor=True)
+    d = tiny_model.encode_document(DOCS, convert_to_tensor=True)
+    tiny_model.save(str(tmp_path / "m"))
+    modules = json.loads((tmp_path / "m" / "modules.json").read_text())
+    assert all(m["type"].startswith("sentence_transformers.") for m in modules)
+    # When a process that never imports st_magnitude loads it
+    proc = run_fresh(tmp_path / "m", tmp_path / "out.npz", trust=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.load(tmp_path / "out.npz")
+    # Then embeddings and scores are identical
+    np.testing.assert_allclose(got["q"], q.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["d"], d.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["s"], tiny_model.similarity(q, d).numpy(), rtol=1e-6, atol=1e-6)
+    assert str(got["sim"]) == "dot"
+
+
+def test_learnable_model_round_trips_with_trust_remote_code_and_keeps_gamma(tiny_model, tmp_path):
+    apply_similarity(tiny_model, "learnable", warn_on_strip=False)
+    role = tiny_model[-1]
+    with torch.no_grad():
+        role.gamma_query_logit.fill_(1.3)
+        role.gamma_document_logit.fill_(-0.7)
+    q = tiny_model.encode_query(QUERIES, convert_to_tensor=True)
+    d = tiny_model.encode_document(DOCS, convert_to_tensor=True)
+    tiny_model.save(str(tmp_path / "m"))
+    # Without trust_remote_code stock ST refuses, and says which flag is needed
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    proc = run_fresh(tmp_path / "m", tmp_path / "out.npz", trust=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.load(tmp_path / "out.npz")
+    np.testing.assert_allclose(got["q"], q.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["d"], d.numpy(), rtol=1e-6, atol=1e-6)
+    reloaded = SentenceTransformer(str(tmp_path / "m"), device="cpu", trust_remote_code=True)
+    assert isinstance(reloaded[-1], RoleNormalize)
+    assert reloaded[-1].gamma_query == pytest.approx(torch.sigmoid(torch.tensor(1.3)).item())
+    assert reloaded[-1].gamma_document == pytest.approx(torch.sigmoid(torch.tensor(-0.7)).item())
+
+
+def test_strip_normalize_in_memory(tiny_model):
+    normed = tiny_model.encode(DOCS, convert_to_tensor=True)
+    with pytest.warns(MagnitudeCollapseWarning):
+        strip_normalize(tiny_model)
+    raw = tiny_model.encode(DOCS, convert_to_tensor=True)
+    assert not any(isinstance(m, Normalize) for m in tiny_model.modules())
+    assert tiny_model.similarity_fn_name == "dot"
+    torch.testing.assert_close(torch.nn.functional.normalize(raw, dim=-1), normed, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(raw.norm(dim=-1), torch.ones(len(DOCS)))
+
+
+def test_strip_normalize_inside_router_and_on_a_folder(tiny_model, tmp_path):
+    apply_similarity(tiny_model, "qnorm", warn_on_strip=False)
+    tiny_model.save(str(tmp_path / "qnorm"))
+    # folder level: no weights loaded, written to a new folder
+    with pytest.warns(MagnitudeCollapseWarning):
+        out = strip_normalize(tmp_path / "qnorm", tmp_path / "stripped")
+    cfg = json.loads((out / "config_sentence_transformers.json").read_text())
+    assert cfg["similarity_fn_name"] == "dot"
+    stripped = SentenceTransformer(str(out), device="cpu")
+    assert not any(isinstance(m, Normalize) for m in stripped.modules())
+    q = stripped.encode_query(QUERIES, convert_to_tensor=True)
+    assert not torch.allclose(q.norm(dim=-1), torch.ones(3))
+    # in memory on the Router model
+    with pytest.warns(MagnitudeCollapseWarning):
+        strip_normalize(tiny_model)
+    assert not any(isinstance(m, Normalize) for m in tiny_model.modules())
+    torch.testing.assert_close(tiny_model.encode_query(QUERIES, convert_to_tensor=True), q, rtol=1e-5, atol=1e-6)
+
+
+def test_strip_normalize_bad_inputs(tmp_path, tiny_model):
+    with pytest.raises(FileNotFoundError, match="modules.json"):
+        strip_normalize(tmp_path / "nope")
+    with pytest.raises(ValueError, match="similarity_fn_name must be one of"):
+        strip_normalize(tiny_model, similarity_fn_name="qnorm")
+    tiny_model.save(str(tmp_path / "m"))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("x")
+    with pytest.raises(FileExistsError, match="not empty"):
+        strip_normalize(tmp_path / "m", tmp_path / "busy")
+
+
+def test_role_normalize_rejects_unknown_roles(tiny_model):
+    apply_similarity(tiny_model, "learnable", warn_on_strip=False)
+    feats = {"sentence_embedding": torch.randn(2, 32)}
+    with pytest.raises(ValueError, match="valid roles are 'query' and 'document'"):
+        tiny_model[-1](feats, task="clustering")
+    with pytest.raises(ValueError, match=r"open interval \(0, 1\)"):
+        RoleNormalize(1.0, 0.5, learnable=True)
+    with pytest.raises(ValueError, match="default_role"):
+        RoleNormalize(default_role="passage")

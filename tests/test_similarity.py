@@ -1,0 +1,242 @@
+"""The similarity family against independent references (brute-force loops, closed forms) and its properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from st_magnitude.similarity import (
+    CORNER_GAMMAS,
+    SIMILARITY_NAMES,
+    LearnableSimilarity,
+    PowerNormSimilarity,
+    get_similarity,
+    phi,
+)
+
+FIXED = ["cosine", "dot", "qnorm", "dnorm"]
+
+
+def ref_score(q: list[float], d: list[float], name: str, gq: float = 0.5, gd: float = 0.5) -> float:
+    """Paper 000 eqs. 3–7 written out with plain Python floats (no torch)."""
+    dot = sum(a * b for a, b in zip(q, d))
+    nq = math.sqrt(sum(a * a for a in q))
+    nd = math.sqrt(sum(b * b for b in d))
+    if name == "cosine":
+        return dot / (nq * nd)
+    if name == "dot":
+        return dot
+    if name == "qnorm":
+        return dot / nq
+    if name == "dnorm":
+        return dot / nd
+    if name == "learnable":
+        return dot / (nq**gq * nd**gd)
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("name", SIMILARITY_NAMES)
+def test_matrix_and_pairwise_equal_brute_force_loop(name):
+    # Given random queries and documents with varied norms
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(5, 7, generator=g, dtype=torch.float64) * torch.rand(5, 1, generator=g, dtype=torch.float64) * 4
+    d = torch.randn(6, 7, generator=g, dtype=torch.float64) * torch.rand(6, 1, generator=g, dtype=torch.float64) * 4
+    sim = get_similarity(name).double()
+    # When scoring with the matrix and pairwise forms
+    matrix = sim(q, d)
+    pair = sim.pairwise(q, d[:5])
+    # Then every entry equals the formula evaluated in a plain loop
+    assert matrix.shape == (5, 6)
+    for i in range(5):
+        for j in range(6):
+            assert matrix[i, j].item() == pytest.approx(ref_score(q[i].tolist(), d[j].tolist(), name), rel=1e-10)
+        assert pair[i].item() == pytest.approx(ref_score(q[i].tolist(), d[i].tolist(), name), rel=1e-10)
+
+
+def test_learnable_corners_reproduce_fixed_variants():
+    g = torch.Generator().manual_seed(1)
+    q, d = torch.randn(4, 8, generator=g) * 3, torch.randn(9, 8, generator=g) * 2
+    for name, (gq, gd) in CORNER_GAMMAS.items():
+        learn = LearnableSimilarity()
+        with torch.no_grad():  # sigmoid(±40) is 1/0 to float32 precision: the corners of the square
+            learn.gamma_query_logit.fill_(40.0 if gq == 1 else -40.0)
+            learn.gamma_document_logit.fill_(40.0 if gd == 1 else -40.0)
+        torch.testing.assert_close(learn(q, d), get_similarity(name)(q, d), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(PowerNormSimilarity(gq, gd)(q, d), get_similarity(name)(q, d))
+
+
+def test_learnable_init_and_gradients_match_paper_eqs_38_39():
+    # γ = sigmoid(0) = 0.5 at init (paper 000 §4); ∂s/∂γq = −ln‖q‖·s, ∂s/∂γd = −ln‖d‖·s (eqs. 38–39)
+    learn = LearnableSimilarity().double()
+    assert learn.gamma_query == pytest.approx(0.5) and learn.gamma_document == pytest.approx(0.5)
+    q = torch.tensor([[3.0, 4.0]], dtype=torch.float64)  # ‖q‖ = 5
+    d = torch.tensor([[0.0, 2.0]], dtype=torch.float64)  # ‖d‖ = 2
+    s = learn(q, d)[0, 0]
+    s.backward()
+    sig_grad = 0.25  # σ'(0)
+    assert learn.gamma_query_logit.grad.item() == pytest.approx(-math.log(5.0) * s.item() * sig_grad)
+    assert learn.gamma_document_logit.grad.item() == pytest.approx(-math.log(2.0) * s.item() * sig_grad)
+
+
+finite_vecs = arrays(
+    np.float64,
+    st.tuples(st.integers(2, 6), st.just(5)),
+    elements=st.floats(-10, 10, allow_nan=False, allow_subnormal=False),
+)
+
+
+def _ranking(scores: torch.Tensor) -> list[int]:
+    return sorted(range(len(scores)), key=lambda j: (-round(scores[j].item(), 9), j))
+
+
+@settings(max_examples=60, deadline=None)
+@given(q=arrays(np.float64, (5,), elements=st.floats(-10, 10, allow_subnormal=False)), docs=finite_vecs)
+def test_rank_equivalence_for_one_query(q, docs):
+    # Paper 000 Prop. 4.1: for a fixed query, qnorm ranks like dot and dnorm like cosine
+    qt = torch.tensor(q).unsqueeze(0)
+    dt = torch.tensor(docs)
+    if qt.norm() < 1e-3 or (dt.norm(dim=1) < 1e-3).any():
+        return
+    s = {name: get_similarity(name).double()(qt, dt)[0] for name in FIXED}
+    assert _ranking(s["qnorm"]) == _ranking(s["dot"])
+    assert _ranking(s["dnorm"]) == _ranking(s["cosine"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    q=arrays(np.float64, (5,), elements=st.floats(-10, 10, allow_subnormal=False)),
+    docs=finite_vecs,
+    gq1=st.floats(0.0, 1.0),
+    gq2=st.floats(0.0, 1.0),
+    gd=st.floats(0.0, 1.0),
+)
+def test_only_gamma_d_changes_a_ranking(q, docs, gq1, gq2, gd):
+    # Paper 000 Prop. S.2: π_{γq,γd} = π_{γq',γd}
+    qt = torch.tensor(q).unsqueeze(0)
+    dt = torch.tensor(docs)
+    if qt.norm() < 1e-3 or (dt.norm(dim=1) < 1e-3).any():
+        return
+    a = PowerNormSimilarity(gq1, gd).double()(qt, dt)[0]
+    b = PowerNormSimilarity(gq2, gd).double()(qt, dt)[0]
+    # scores differ by one positive factor per query, so they are proportional
+    ratio = a / b.where(b.abs() > 1e-12, torch.ones_like(b))
+    mask = b.abs() > 1e-9
+    if mask.sum() > 1:
+        torch.testing.assert_close(ratio[mask], ratio[mask][0].expand(int(mask.sum())), rtol=1e-8, atol=1e-10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=arrays(np.float64, (4,), elements=st.floats(-5, 5, allow_subnormal=False)),
+    b=arrays(np.float64, (4,), elements=st.floats(-5, 5, allow_subnormal=False)),
+)
+def test_symmetry_flags_match_behaviour(a, b):
+    # Paper 000 Prop. 2.1: only cosine and dot are symmetric
+    at, bt = torch.tensor(a).unsqueeze(0), torch.tensor(b).unsqueeze(0)
+    for name in FIXED:
+        sim = get_similarity(name).double()
+        ab, ba = sim(at, bt).item(), sim(bt, at).item()
+        if sim.symmetric:
+            assert ab == pytest.approx(ba, rel=1e-9, abs=1e-12)
+    assert get_similarity("cosine").symmetric and get_similarity("dot").symmetric
+    assert not get_similarity("qnorm").symmetric and not get_similarity("dnorm").symmetric
+    assert get_similarity("learnable").symmetric  # γq = γd at init
+    assert not LearnableSimilarity(init_gamma=(0.3, 0.6)).symmetric
+
+
+def test_asymmetric_variants_really_are_asymmetric():
+    a = torch.tensor([[1.0, 0.0]])
+    b = torch.tensor([[3.0, 1.0]])
+    for name in ("qnorm", "dnorm"):
+        sim = get_similarity(name)
+        assert sim(a, b).item() != pytest.approx(sim(b, a).item())
+    learn = LearnableSimilarity(init_gamma=(0.2, 0.8))
+    assert learn(a, b).item() != pytest.approx(learn(b, a).item())
+
+
+@pytest.mark.parametrize("name", SIMILARITY_NAMES)
+def test_zero_vectors_give_finite_scores_and_gradients(name):
+    q = torch.zeros(2, 4, requires_grad=True)
+    d = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0]], requires_grad=True)
+    sim = get_similarity(name)
+    s = sim(q, d)
+    s.sum().backward()
+    assert torch.isfinite(s).all()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(d.grad).all()
+    for p in sim.parameters():
+        assert torch.isfinite(p.grad).all()
+
+
+@pytest.mark.parametrize("name", SIMILARITY_NAMES)
+def test_large_norms_stay_finite_and_correct(name):
+    g = torch.Generator().manual_seed(2)
+    q = torch.nn.functional.normalize(torch.randn(3, 16, generator=g), dim=-1) * 1e4
+    d = torch.nn.functional.normalize(torch.randn(5, 16, generator=g), dim=-1) * 1e4
+    s = get_similarity(name)(q, d)
+    assert torch.isfinite(s).all()
+    for i in range(3):
+        for j in range(5):
+            assert s[i, j].item() == pytest.approx(ref_score(q[i].tolist(), d[j].tolist(), name), rel=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["qnorm", "dnorm", "learnable", "cosine"])
+def test_half_precision_norms_do_not_overflow(name, dtype):
+    q = torch.full((2, 512), 30.0, dtype=dtype)  # ‖q‖² = 460800 overflows fp16 if squared in fp16
+    d = torch.full((3, 512), 1.0, dtype=dtype)
+    s = get_similarity(name)(q, d)
+    assert torch.isfinite(s.float()).all()
+
+
+def test_empty_inputs_give_empty_scores():
+    sim = get_similarity("qnorm")
+    assert sim(torch.empty(0, 8), torch.randn(3, 8)).shape == (0, 3)
+    assert sim.pairwise(torch.empty(0, 8), torch.empty(0, 8)).shape == (0,)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="Valid names: cosine, dot, qnorm, dnorm, learnable"):
+        get_similarity("qnrom")
+    with pytest.raises(ValueError, match="dimensions differ"):
+        get_similarity("dot")(torch.randn(2, 4), torch.randn(2, 5))
+    with pytest.raises(ValueError, match="as many queries as documents"):
+        get_similarity("dot").pairwise(torch.randn(2, 4), torch.randn(3, 4))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        PowerNormSimilarity(1.5, 0.0)
+    with pytest.raises(ValueError, match="open interval"):
+        LearnableSimilarity(init_gamma=1.0)
+    with pytest.raises(ValueError, match="accepts only `eps`"):
+        get_similarity("qnorm", init_gamma=0.3)
+
+
+def test_aliases_and_config():
+    assert get_similarity("query_norm").name == "qnorm"
+    assert get_similarity("Doc-Norm").name == "dnorm"
+    cfg = get_similarity("dnorm").get_config_dict()
+    assert cfg == {"name": "dnorm", "gamma_query": 0.0, "gamma_document": 1.0}
+    assert "LearnableSimilarity" in repr(get_similarity("learnable"))
+
+
+def test_phi_is_the_factorisation():
+    # s(q, d) = φ_γq(q) · φ_γd(d) for any γ (digest 000 §2.2)
+    g = torch.Generator().manual_seed(3)
+    q, d = torch.randn(3, 6, generator=g, dtype=torch.float64), torch.randn(4, 6, generator=g, dtype=torch.float64)
+    for gq, gd in [(0.3, 0.9), (1.0, 0.0), (0.5, 0.5)]:
+        expected = [[ref_score(q[i].tolist(), d[j].tolist(), "learnable", gq, gd) for j in range(4)] for i in range(3)]
+        got = phi(q, gq) @ phi(d, gd).T
+        torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64))
+
+
+def test_cosine_equals_sentence_transformers_cos_sim():
+    from sentence_transformers.util import cos_sim, dot_score
+
+    g = torch.Generator().manual_seed(4)
+    q, d = torch.randn(5, 12, generator=g), torch.randn(7, 12, generator=g)
+    torch.testing.assert_close(get_similarity("cosine")(q, d), cos_sim(q, d), rtol=0, atol=0)
+    torch.testing.assert_close(get_similarity("dot")(q, d), dot_score(q, d), rtol=0, atol=0)
