@@ -246,6 +246,7 @@ def apply_similarity(
     init_gamma: float | tuple[float, float] = 0.5,
     eps: float = DEFAULT_EPS,
     warn_on_strip: bool = True,
+    portable: bool = True,
 ) -> SentenceTransformer:
     """Turn ``model`` (in place) into a model that serves ``similarity`` with its own query/document roles.
 
@@ -254,9 +255,17 @@ def apply_similarity(
     model loads in stock sentence-transformers without ``trust_remote_code``; ``learnable`` adds a
     :class:`~st_magnitude.modules.RoleNormalize` holding γ̂q, γ̂d (trained, saved and reloaded with the model).
 
-    Train it with a *dot* similarity on the model output (``get_similarity("dot")``, or our losses, which detect the
-    carried similarity) and ``router_mapping={"anchor": "query", "positive": "document", ...}`` so that the trainer
-    tells each column its role. Re-applying a variant to an already converted model replaces the old one.
+    Training recipes (the model output is φ_γ(v) when the role is known, the raw embedding when it is not):
+
+    - ``SentenceTransformerTrainer`` with ``router_mapping={"anchor": "query", "positive": "document", ...}``: the
+      model applies φ per column, so score with ``get_similarity(name)`` for the fixed variants (φ is idempotent at
+      γ ∈ {0, 1}) or ``get_similarity("dot")`` for any variant, learnable included.
+    - legacy ``model.fit`` (no roles in training; use ``portable=False`` for qnorm/dnorm): the model passes the raw
+      embedding through, so score with ``st_magnitude.model_similarity(model)``, which applies the variant — for
+      learnable with the model's own γ̂, so γ̂ is trained and saved with the model.
+    - st-magnitude's losses detect a converted model and do the right thing in both cases.
+
+    Re-applying a variant to an already converted model replaces the old one.
 
     Args:
         model: any SentenceTransformer.
@@ -266,6 +275,10 @@ def apply_similarity(
         eps: norm floor for the rescaling.
         warn_on_strip: warn when a ``Normalize`` is removed to keep magnitude (cosine-pretrained models can collapse,
             paper 000 App. F / N.3).
+        portable: for qnorm/dnorm, build ST's built-in ``Router`` (default; loads anywhere, and the Trainer then
+            requires ``router_mapping``). ``False`` uses a fixed :class:`RoleNormalize` instead, which the legacy
+            ``model.fit`` can train (``fit`` cannot pass ``router_mapping``, and ST refuses to train a Router without
+            it); call ``apply_similarity(model, name)`` again before saving to get the portable form back.
 
     Returns:
         The same ``model`` object, converted.
@@ -289,10 +302,12 @@ def apply_similarity(
             )
         gammas = CORNER_GAMMAS.get(name)
 
-    had_normalize = model_gammas(model) not in (None, (0.0, 0.0)) or any(_is_normalize(m) for m in model.modules())
+    # a cosine model (plain, ending in Normalize) is about to lose its normalisation; re-converting an
+    # already-converted model is not a strip
+    was_cosine_model = carried_similarity(model) is None and model_gammas(model) == (1.0, 1.0)
     backbone, two_tower, removed = _backbone(model)
     keeps_magnitude = name not in ("cosine",)
-    if removed and keeps_magnitude and warn_on_strip and had_normalize:
+    if removed and keeps_magnitude and warn_on_strip and was_cosine_model:
         warnings.warn(
             f"apply_similarity({name!r}) removed {removed} Normalize module(s) so the model keeps embedding "
             "magnitude. If this model was pretrained with cosine, its norms carry little signal yet and fine-tuning "
@@ -306,6 +321,8 @@ def apply_similarity(
         gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
         new = backbone + [RoleNormalize(gq, gd, learnable=True, eps=eps)]
     elif name == "fractional":
+        new = backbone + [RoleNormalize(gammas[0], gammas[1], learnable=False, eps=eps)]
+    elif not portable and name in ("qnorm", "dnorm") and two_tower is None:
         new = backbone + [RoleNormalize(gammas[0], gammas[1], learnable=False, eps=eps)]
     elif name == "dot":
         new = backbone

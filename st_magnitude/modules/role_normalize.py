@@ -127,12 +127,23 @@ class RoleNormalize(Module):
 
         if task is None:
             task = features.get("task")
+        if task is None and self.training:
+            # Training without roles (legacy ``model.fit`` cannot pass ``router_mapping``): leave the embedding raw
+            # so the loss's similarity (e.g. ``st_magnitude.model_similarity(model)``) applies the variant itself.
+            if not self._warned_no_role:
+                logger.warning(
+                    "RoleNormalize: training batch without a query/document role; embeddings pass through unchanged, "
+                    "so the loss's similarity must apply the variant (use similarity_fct=st_magnitude."
+                    "model_similarity(model), or set router_mapping and score with dot)."
+                )
+                self._warned_no_role = True
+            return features
         if task is None and not self.symmetric and not self._warned_no_role:
             logger.warning(
                 "RoleNormalize: no query/document role was given, so inputs are treated as %ss. This model's "
-                "similarity is asymmetric (gamma_query=%.3f, gamma_document=%.3f): use encode_query/encode_document, "
-                "and in training set router_mapping (e.g. {'anchor': 'query', 'positive': 'document'}). Asymmetric "
-                "similarities are not valid for symmetric tasks such as STS or clustering (paper 000 Prop. 2.1).",
+                "similarity is asymmetric (gamma_query=%.3f, gamma_document=%.3f): use encode_query/encode_document. "
+                "Asymmetric similarities are not valid for symmetric tasks such as STS or clustering "
+                "(paper 000 Prop. 2.1).",
                 self.default_role,
                 self.gamma_query,
                 self.gamma_document,
