@@ -1,0 +1,79 @@
+"""Symmetry guard: asymmetric similarities used where inputs have no roles (paper 000 Prop. 2.1)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+
+from st_magnitude import (
+    AsymmetricSimilarityWarning,
+    apply_similarity,
+    check_symmetric_use,
+    get_similarity,
+    install_symmetry_guard,
+    uninstall_symmetry_guard,
+)
+from st_magnitude.similarity import LearnableSimilarity
+
+S1 = ["the protein in cancer cell", "coffee and sleep", "diet and heart risk", "fish brain"]
+S2 = ["protein increase in cancer", "tea and sleep study", "vitamin diet heart", "fat acid memory"]
+SCORES = [0.9, 0.7, 0.8, 0.3]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_guard():
+    uninstall_symmetry_guard()
+    yield
+    uninstall_symmetry_guard()
+
+
+def test_sts_evaluator_on_asymmetric_model_warns(tiny_model):
+    apply_similarity(tiny_model, "qnorm", warn_on_strip=False)  # installs the guard
+    evaluator = EmbeddingSimilarityEvaluator(S1, S2, SCORES, name="sts")
+    with pytest.warns(AsymmetricSimilarityWarning, match="EmbeddingSimilarityEvaluator is a symmetric evaluation"):
+        evaluator(tiny_model)
+
+
+def test_strict_mode_raises_and_symmetric_models_pass(tiny_model, tiny_model_raw):
+    install_symmetry_guard(strict=True)
+    evaluator = EmbeddingSimilarityEvaluator(S1, S2, SCORES, name="sts")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AsymmetricSimilarityWarning)
+        evaluator(tiny_model)  # cosine model: fine
+        apply_similarity(tiny_model_raw, "dot")
+        evaluator(tiny_model_raw)  # dot model: fine
+    apply_similarity(tiny_model, "dnorm", warn_on_strip=False)
+    with pytest.raises(ValueError, match="Prop. 2.1|symmetric evaluation"):
+        evaluator(tiny_model)
+
+
+def test_encode_without_role_warns_once(tiny_model):
+    apply_similarity(tiny_model, "dnorm", warn_on_strip=False)
+    with pytest.warns(AsymmetricSimilarityWarning, match="without a query/document role"):
+        tiny_model.encode(S1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AsymmetricSimilarityWarning)
+        tiny_model.encode(S1)  # once per model
+        tiny_model.encode_query(S1)  # roles given: never warns
+        tiny_model.encode_document(S2)
+
+
+def test_check_symmetric_use_on_similarities():
+    assert check_symmetric_use(get_similarity("cosine"))
+    assert check_symmetric_use(get_similarity("learnable"))  # γq = γd at init
+    with pytest.warns(AsymmetricSimilarityWarning, match="clustering"):
+        assert not check_symmetric_use(get_similarity("qnorm"), context="clustering")
+    with pytest.raises(ValueError, match="Prop. 2.1"):
+        check_symmetric_use(LearnableSimilarity(init_gamma=(0.2, 0.9)), strict=True)
+
+
+def test_uninstall_restores_stock_behaviour(tiny_model):
+    from sentence_transformers import SentenceTransformer
+
+    original = SentenceTransformer.encode
+    install_symmetry_guard()
+    assert SentenceTransformer.encode is not original
+    uninstall_symmetry_guard()
+    assert SentenceTransformer.encode is original
