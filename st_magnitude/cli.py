@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:  # area not installed in this build
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):  # area not in this build
                 continue
             raise
         module.add_subcommands(sub)
