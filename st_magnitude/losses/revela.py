@@ -1,0 +1,362 @@
+"""RevelaLoss: self-supervised retriever learning through a causal LM's in-batch attention (paper 004, Revela).
+
+The math lives in :mod:`st_magnitude.losses.revela_attention` (eqs. 5-8) and here (eq. 2 objective, eq. 7's Sim).
+See docs/revela.md for the faithful / our-choice table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import TrainerCallback
+
+from st_magnitude.losses.revela_attention import (
+    REVELA_ATTENTION,
+    STATE_KWARG,
+    RevelaAttentionState,
+    enable_revela_attention,
+)
+from st_magnitude.similarity import get_similarity
+
+logger = logging.getLogger(__name__)
+
+LM_CHECKPOINT_DIR = "revela_lm"
+_LM_WEIGHTS = "trainable.safetensors"
+_LM_META = "revela_lm.json"
+
+__all__ = ["LM_CHECKPOINT_DIR", "RevelaLMCheckpointCallback", "RevelaLoss", "load_lm_weights", "save_lm_weights"]
+
+_B2_MESSAGE = (
+    "RevelaLoss needs at least 3 chunks per in-batch set; got {b}. Sim excludes the diagonal and each row sums to "
+    "1, so with B = 2 every row has a single candidate and Sim is the constant [[0, 1], [1, 0]] whatever the "
+    "retriever computes: the retriever's gradient is exactly zero (and with B = 1 there is no candidate at all). "
+    "Use groups of >= 3 related chunks (paper: 16), e.g. build_revela_dataset(group_size=16)."
+)
+
+
+class RevelaLoss(nn.Module):
+    def __init__(
+        self,
+        model,
+        lm: nn.Module,
+        temperature: float = 1e-4,
+        v_norm: bool = True,
+        eps: float = 1e-6,
+        train_lm: bool = True,
+        in_batch: bool = True,
+    ) -> None:
+        """Revela (Cai et al., 2025): train a retriever through a causal LM whose next-token prediction for each
+        chunk also attends to the other chunks of its in-batch set, weighted by the retriever's similarities.
+
+        For a set of B related chunks the retriever embeds each chunk's query view q_i (its first half) and
+        passage view p_j (the full chunk) and forms ``Sim[i, j] = softmax_{j≠i}(cos(q_i, p_j)/τ)`` (paper eq. 7
+        and §3.3, diagonal excluded, rows sum to 1). The LM runs twice over the chunks: pass 1 is a plain causal
+        forward that records every layer's post-RoPE keys/values; in pass 2 every decoder layer adds to its own
+        causal attention output the in-batch term ``Σ_{j≠i} Sim[i, j] · b̃_ij``, where ``b_ij`` lets chunk i's
+        queries attend over all (non-padding) tokens of chunk j and ``b̃_ij`` divides it by the attention-weighted
+        value norms (V-normalization, eq. 6). The loss is the LM's next-token cross-entropy of pass 2 (eq. 2),
+        token mean over all chunks; the retriever learns only through Sim, the LM through both passes.
+
+        The LM lives in the loss as ``self.lm`` (not ``model``, so the trainer never swaps it); its attention is
+        switched to the registered Revela attention function (a stock SDPA forward when no Revela state is
+        passed). ST checkpoints do not contain loss parameters: add :class:`RevelaLMCheckpointCallback` to the
+        trainer so the LM (full weights or ``peft`` adapters) is saved into each checkpoint and restored on resume.
+
+        Args:
+            model: the retriever, any SentenceTransformer (cosine is used whatever it ends in, paper §3.3).
+            lm: a causal LM of a Llama/Qwen2/Mistral architecture (``transformers`` ``*ForCausalLM``), or a
+                ``peft`` wrapper of one (LoRA, paper: rank 256 on both models).
+            temperature: τ of Sim (paper and official code: 1e-4, nearly one-hot; larger values such as 0.05 give
+                a smoother signal on small models).
+            v_norm: apply V-normalization (paper eq. 6; ``False`` is the "w/o V-norm" ablation of Fig. 4).
+            eps: ε of eq. 6 (official code 1e-6).
+            train_lm: if False the LM is frozen (official ``freeze_reference``) and pass 1 runs without gradient.
+            in_batch: if False the in-batch term is switched off and the loss is the plain LM loss (for checks).
+
+        References:
+            - Revela: Dense Retriever Learning via Language Modeling, Cai et al., 2025: https://arxiv.org/abs/2506.16552
+            - Official code (needs a forked transformers; not used here): https://github.com/TRUMANCFY/Revela
+
+        Requirements:
+            1. Sets of B ≥ 3 related chunks per batch (same/neighbouring documents or BM25 neighbours); random
+               batches collapse (paper "Revela-random"). Build them with
+               :func:`st_magnitude.revela_data.build_revela_dataset`.
+            2. The batch sampler :class:`~st_magnitude.revela_data.RevelaGroupBatchSampler` (one group per batch)
+               and the collator :class:`~st_magnitude.revela_data.RevelaDataCollator` (adds the LM's tokens).
+            3. An LM with ``model_type`` in llama, qwen2, mistral, qwen3.
+
+        Inputs:
+            +-------------------------------------------+-------------------------+
+            | Texts                                     | Labels                  |
+            +===========================================+=========================+
+            | (query = first half of chunk, passage =   | group id (one per batch |
+            | chunk) + LM tokens of the chunk           | set; checked, not used) |
+            +-------------------------------------------+-------------------------+
+
+        Recommendations:
+            - Train the retriever and the LM with one optimizer (the trainer takes the LM's parameters from the
+              loss); ``learning_rate_mapping={r"lm\\.": 1e-5}`` gives the LM its own learning rate.
+            - Keep B ≥ 8 and the groups topical; watch ``temperature``: with τ = 1e-4 the retriever's gradient
+              concentrates on near-ties.
+
+        Relations:
+            - Unlike :class:`~sentence_transformers.sentence_transformer.losses.MultipleNegativesRankingLoss` there
+              is no positive label: the supervision is the LM's next-token likelihood.
+            - REPLUG-style distillation (a frozen LM scoring D_i given D_j) is the paper's baseline; Revela trains
+              the LM jointly and needs no per-pair LM forward.
+
+        Example:
+            ::
+
+                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+                from sentence_transformers import SentenceTransformerTrainingArguments
+                from transformers import AutoModelForCausalLM, AutoTokenizer
+
+                from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss
+                from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler, build_revela_dataset
+
+                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+                lm = AutoModelForCausalLM.from_pretrained("HuggingFaceTB/SmolLM2-135M")
+                lm_tokenizer = AutoTokenizer.from_pretrained("HuggingFaceTB/SmolLM2-135M")
+                corpus = {"d1": {"title": "", "text": "..."}, ...}  # any unlabeled corpus
+                train_dataset = build_revela_dataset(corpus, group_size=8, grouping="bm25")
+
+                loss = RevelaLoss(model, lm, temperature=0.05)
+                args = SentenceTransformerTrainingArguments(
+                    output_dir="runs/revela",
+                    per_device_train_batch_size=8,  # = group size
+                    batch_sampler=RevelaGroupBatchSampler,
+                    learning_rate=1e-5,
+                )
+                trainer = SentenceTransformerTrainer(
+                    model=model,
+                    args=args,
+                    train_dataset=train_dataset,
+                    loss=loss,
+                    data_collator=RevelaDataCollator(preprocess_fn=model.preprocess, lm_tokenizer=lm_tokenizer),
+                    callbacks=[RevelaLMCheckpointCallback(loss)],
+                )
+                trainer.train()
+        """
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0; got {temperature}")
+        if eps <= 0:
+            raise ValueError(f"eps must be > 0; got {eps}")
+        self.model = model
+        self.lm = lm
+        self.temperature = float(temperature)
+        self.v_norm = bool(v_norm)
+        self.eps = float(eps)
+        self.train_lm = bool(train_lm)
+        self.in_batch = bool(in_batch)
+        self.similarity = get_similarity("cosine")  # paper §3.3: S_ij = cos(h_i, h_j)
+        enable_revela_attention(lm)
+        if not self.train_lm:
+            for param in self.lm.parameters():
+                param.requires_grad_(False)
+        self.last_sim: Tensor | None = None
+
+    # ------------------------------------------------------------------------------------------------- Sim
+    def similarity_matrix(self, query_embeddings: Tensor, passage_embeddings: Tensor) -> Tensor:
+        """``Sim[i, j] = exp(S_ij/τ) / Σ_{k≠i} exp(S_ik/τ)`` for j ≠ i, ``Sim[i, i] = 0`` (paper §3.3 and eq. 7).
+
+        ``S = cos(query view i, passage view j)`` ([B, B], not symmetric: row = first half of chunk i).
+        """
+        bsz = query_embeddings.shape[0]
+        if bsz < 3:
+            raise ValueError(_B2_MESSAGE.format(b=bsz))
+        if passage_embeddings.shape[0] != bsz:
+            raise ValueError(
+                f"query and passage views must have the same number of chunks; got {bsz} and "
+                f"{passage_embeddings.shape[0]}"
+            )
+        scores = self.similarity(query_embeddings.float(), passage_embeddings.float()) / self.temperature
+        eye = torch.eye(bsz, dtype=torch.bool, device=scores.device)
+        return torch.softmax(scores.masked_fill(eye, float("-inf")), dim=-1)
+
+    # ------------------------------------------------------------------------------------------------- LM
+    def lm_loss(self, input_ids: Tensor, attention_mask: Tensor, sim: Tensor | None) -> Tensor:
+        """Pass 1 (record K^e, V^e) + pass 2 (in-batch term in every layer); the HF shifted CE of pass 2.
+
+        ``sim=None`` runs a single plain causal-LM forward (the in-batch term off).
+        """
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        if sim is None:
+            return self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        if bool((attention_mask.sum(dim=1) == 0).any()):
+            raise ValueError("every chunk must have at least one non-padding LM token")
+        state = RevelaAttentionState(mode="record", key_mask=attention_mask.bool(), v_norm=self.v_norm, eps=self.eps)
+        grad_ctx = torch.enable_grad() if (self.train_lm and torch.is_grad_enabled()) else torch.no_grad()
+        with grad_ctx:
+            # pass 1 (e-stream): only the K/V matter, so only one position goes through the LM head
+            self.lm(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, **{STATE_KWARG: state})
+        if len(state.kv) == 0:
+            raise RuntimeError(
+                f"the LM's attention did not go through {REVELA_ATTENTION!r}; is config._attn_implementation set?"
+            )
+        state.mode = "in_batch"
+        state.sim = sim
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: state})
+        return out.loss
+
+    def compute_loss_from_embeddings(
+        self,
+        query_embeddings: Tensor,
+        passage_embeddings: Tensor,
+        lm_input_ids: Tensor,
+        lm_attention_mask: Tensor,
+    ) -> Tensor:
+        """Sim from the two retriever views, then the Revela LM loss (paper eq. 2).
+
+        Args:
+            query_embeddings: ``[B, n]`` embeddings of the query views (first halves).
+            passage_embeddings: ``[B, n]`` embeddings of the passage views (full chunks).
+            lm_input_ids: ``[B, L]`` LM tokens of the chunks (right padded).
+            lm_attention_mask: ``[B, L]`` 1 for real tokens.
+        """
+        if lm_input_ids.shape[0] != query_embeddings.shape[0]:
+            raise ValueError(
+                f"the LM batch ({lm_input_ids.shape[0]} chunks) must match the retriever batch "
+                f"({query_embeddings.shape[0]} chunks)"
+            )
+        sim = self.similarity_matrix(query_embeddings, passage_embeddings)
+        self.last_sim = sim.detach()
+        lm_device = next(self.lm.parameters()).device
+        return self.lm_loss(
+            lm_input_ids.to(lm_device), lm_attention_mask.to(lm_device), sim.to(lm_device) if self.in_batch else None
+        )
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        features = list(sentence_features)
+        if len(features) != 3 or "input_ids" not in features[2]:
+            raise ValueError(
+                "RevelaLoss expects three feature dicts: the query view, the passage view and the LM tokens "
+                "(lm_input_ids / lm_attention_mask). Use st_magnitude.revela_data.RevelaDataCollator as the "
+                f"trainer's data_collator and a dataset with columns (query, passage, label); got {len(features)} "
+                f"feature dicts"
+            )
+        if labels is not None and labels.numel() > 0 and bool((labels.view(-1) != labels.view(-1)[0]).any()):
+            raise ValueError(
+                "a batch mixes chunks of different groups (labels "
+                f"{sorted(set(labels.view(-1).tolist()))}); unrelated chunks must not share one Sim matrix "
+                "(paper: random batches collapse). Use RevelaGroupBatchSampler with per_device_train_batch_size "
+                "equal to the group size"
+            )
+        query_features, passage_features, lm_features = features
+        bsz = query_features["input_ids"].shape[0]
+        if bsz < 3:
+            raise ValueError(_B2_MESSAGE.format(b=bsz))
+        query_embeddings = self.model(query_features)["sentence_embedding"]
+        passage_embeddings = self.model(passage_features)["sentence_embedding"]
+        return self.compute_loss_from_embeddings(
+            query_embeddings, passage_embeddings, lm_features["input_ids"], lm_features["attention_mask"]
+        )
+
+    def get_config_dict(self) -> dict[str, Any]:
+        lm_config = getattr(self.lm, "config", None)
+        return {
+            "temperature": self.temperature,
+            "v_norm": self.v_norm,
+            "eps": self.eps,
+            "train_lm": self.train_lm,
+            "in_batch": self.in_batch,
+            "lm": getattr(lm_config, "_name_or_path", None) or getattr(lm_config, "model_type", None),
+        }
+
+    @property
+    def citation(self) -> str:
+        return """
+@article{cai2025revela,
+    title={Revela: Dense Retriever Learning via Language Modeling},
+    author={Cai, Fengyu and Chen, Tong and Zhao, Xinran and Chen, Sihao and Zhang, Hongming and Wu, Sherry Tongshuang
+        and Gurevych, Iryna and Koeppl, Heinz},
+    journal={arXiv preprint arXiv:2506.16552},
+    year={2025}
+}
+"""
+
+
+# ----------------------------------------------------------------------------------------------------- checkpoints
+def _trainable_state(lm: nn.Module) -> dict[str, Tensor]:
+    params = {name: p.detach().contiguous().cpu() for name, p in lm.named_parameters() if p.requires_grad}
+    if not params:  # a frozen LM: nothing changes, save nothing but still write the metadata
+        return {}
+    return params
+
+
+def save_lm_weights(lm: nn.Module, folder: str | os.PathLike) -> Path:
+    """Save the LM's trainable parameters (full weights, or the LoRA adapters of a ``peft`` model) as safetensors.
+
+    Tied parameters (e.g. Llama's embedding/LM-head) are stored once (``named_parameters`` deduplicates them).
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = _trainable_state(lm)
+    save_file(state, str(folder / _LM_WEIGHTS))
+    meta = {"n_tensors": len(state), "names": sorted(state), "attn_implementation": REVELA_ATTENTION}
+    (folder / _LM_META).write_text(json.dumps(meta, indent=1))
+    return folder
+
+
+def load_lm_weights(lm: nn.Module, folder: str | os.PathLike) -> None:
+    """Load what :func:`save_lm_weights` wrote into ``lm`` in place (optimizer references stay valid).
+
+    Raises:
+        FileNotFoundError: if the folder holds no saved LM.
+        ValueError: if a saved tensor has no parameter of that name and shape in ``lm``.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(folder) / _LM_WEIGHTS
+    if not path.is_file():
+        raise FileNotFoundError(f"no saved Revela LM at {path}")
+    saved = load_file(str(path))
+    params = dict(lm.named_parameters())
+    missing = [name for name in saved if name not in params or params[name].shape != saved[name].shape]
+    if missing:
+        raise ValueError(f"saved LM tensors do not match the LM's parameters: {missing[:5]}")
+    with torch.no_grad():
+        for name, tensor in saved.items():
+            params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+
+
+class RevelaLMCheckpointCallback(TrainerCallback):
+    """Saves ``loss.lm`` into every Trainer checkpoint (``checkpoint-N/revela_lm/``) and restores it on resume.
+
+    ``SentenceTransformerTrainer`` saves only the retriever; parameters that live in a loss are lost otherwise.
+    On ``train(resume_from_checkpoint=...)`` the LM is reloaded from ``<output_dir>/checkpoint-<global_step>``
+    before the first step; a resumed run whose checkpoint lacks the LM raises instead of silently training a
+    fresh LM against a trained retriever.
+    """
+
+    def __init__(self, loss: RevelaLoss) -> None:
+        self.loss = loss
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}" / LM_CHECKPOINT_DIR
+        save_lm_weights(self.loss.lm, folder)
+        logger.info("saved the Revela LM to %s", folder)
+        return control
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            return control
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}" / LM_CHECKPOINT_DIR
+        if not (folder / _LM_WEIGHTS).is_file():
+            raise FileNotFoundError(
+                f"resuming at step {state.global_step} but {folder} holds no saved Revela LM; was the run started "
+                "without RevelaLMCheckpointCallback?"
+            )
+        load_lm_weights(self.loss.lm, folder)
+        logger.info("restored the Revela LM from %s", folder)
+        return control

@@ -1,0 +1,403 @@
+"""RevelaLoss on a tiny random Llama (GQA: 4 query heads, 2 KV heads) and a tiny BERT retriever, CPU, fp32."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss, load_lm_weights, save_lm_weights
+from st_magnitude.losses.revela_attention import (
+    REVELA_ATTENTION,
+    RevelaAttentionState,
+    enable_revela_attention,
+    in_batch_term,
+)
+from st_magnitude.similarity import get_similarity
+
+
+def build_tiny_llama(vocab_size: int = 60, kv_heads: int = 2, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def random_sim(bsz: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(bsz, bsz, generator=g).masked_fill(torch.eye(bsz, dtype=torch.bool), float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def lm_batch(bsz: int = 4, length: int = 9, vocab: int = 60, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, vocab, (bsz, length), generator=g)
+    mask = torch.ones(bsz, length, dtype=torch.long)
+    mask[1, length - 3 :] = 0  # right padding on two chunks
+    mask[2, length - 1 :] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    return ids, mask
+
+
+def revela_logits(lm, ids, mask, sim, v_norm=True, capture=None):
+    state = RevelaAttentionState(mode="record", key_mask=mask.bool(), v_norm=v_norm, capture=capture)
+    lm(input_ids=ids, attention_mask=mask, revela_state=state)
+    state.mode, state.sim = "in_batch", sim
+    return lm(input_ids=ids, attention_mask=mask, revela_state=state).logits
+
+
+# ----------------------------------------------------------------------------------------------- Sim
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bsz=st.integers(3, 8), tau=st.sampled_from([1e-4, 0.05, 1.0]), seed=st.integers(0, 1000))
+def test_sim_rows_sum_to_one_with_zero_diagonal(tiny_model, bsz, tau, seed):
+    loss = RevelaLoss(tiny_model, build_tiny_llama(), temperature=tau)
+    g = torch.Generator().manual_seed(seed)
+    q, p = torch.randn(bsz, 16, generator=g), torch.randn(bsz, 16, generator=g)
+    sim = loss.similarity_matrix(q, p)
+    assert torch.allclose(sim.sum(dim=1), torch.ones(bsz), atol=1e-5)
+    assert torch.all(torch.diagonal(sim) == 0)
+    # brute force: exp(cos/τ) over k != i, computed row by row in float64
+    for i in range(bsz):
+        cos = [float(torch.nn.functional.cosine_similarity(q[i : i + 1], p[k : k + 1]).double()) for k in range(bsz)]
+        others = [k for k in range(bsz) if k != i]
+        top = max(cos[k] for k in others)
+        weights = {k: torch.exp(torch.tensor((cos[k] - top) / tau, dtype=torch.float64)) for k in others}
+        total = sum(weights.values())
+        for k in others:
+            assert float(sim[i, k]) == pytest.approx(float(weights[k] / total), abs=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------- in-batch term
+def loop_reference(q, k, v, sim, key_mask, scaling, v_norm=True, eps=1e-6):
+    """b_i = Σ_{j≠i} Sim[i,j] b̃_ij with explicit loops over i, j, heads and query tokens (paper eqs. 5-7)."""
+    bsz, n_heads, length, dim = q.shape
+    n_rep = n_heads // k.shape[1]
+    out = torch.zeros_like(q, dtype=torch.float64)
+    pairs = torch.zeros(bsz, bsz, n_heads, length, dim, dtype=torch.float64)
+    for i in range(bsz):
+        for j in range(bsz):
+            if j == i:
+                continue
+            keep = [t for t in range(length) if key_mask[j, t]]
+            for h in range(n_heads):
+                kv_h = h // n_rep  # GQA: query head h reads KV head h // n_rep
+                for t_q in range(length):
+                    logits = torch.stack([(q[i, h, t_q] * k[j, kv_h, t]).sum().double() * scaling for t in keep])
+                    a = torch.softmax(logits, dim=0)
+                    b = sum(a[n] * v[j, kv_h, t].double() for n, t in enumerate(keep))
+                    if v_norm:
+                        norm = sum(a[n] * v[j, kv_h, t].double().norm() for n, t in enumerate(keep))
+                        b = b / (norm + eps)
+                    pairs[i, j, h, t_q] = b
+                    out[i, h, t_q] += float(sim[i, j]) * b
+    return out, pairs
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+@pytest.mark.parametrize("v_norm", [True, False])
+def test_vectorised_in_batch_term_equals_loop_reference(kv_heads, v_norm):
+    g = torch.Generator().manual_seed(kv_heads)
+    bsz, n_heads, length, dim = 3, 4, 5, 6
+    q = torch.randn(bsz, n_heads, length, dim, generator=g)
+    k = torch.randn(bsz, kv_heads, length, dim, generator=g)
+    v = torch.randn(bsz, kv_heads, length, dim, generator=g) * 3.0
+    key_mask = torch.ones(bsz, length, dtype=torch.bool)
+    key_mask[0, 3:] = False
+    key_mask[2, 4:] = False
+    sim = random_sim(bsz, seed=kv_heads)
+    fast, fast_pairs = in_batch_term(q, k, v, sim, key_mask, dim**-0.5, v_norm=v_norm, return_pairs=True)
+    ref, ref_pairs = loop_reference(q, k, v, sim, key_mask, dim**-0.5, v_norm=v_norm)
+    torch.testing.assert_close(fast.double(), ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast_pairs.double(), ref_pairs, atol=1e-5, rtol=1e-5)
+
+
+def test_in_batch_term_rejects_bad_heads():
+    q = torch.randn(3, 3, 4, 2)
+    k = torch.randn(3, 2, 4, 2)
+    with pytest.raises(ValueError, match="multiple of key/value heads"):
+        in_batch_term(q, k, k, random_sim(3), None, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------- LM plumbing
+def test_attention_off_and_zero_sim_equal_plain_lm():
+    lm = build_tiny_llama()
+    plain = copy.deepcopy(lm)  # stays on stock SDPA
+    ids, mask = lm_batch()
+    reference = plain(input_ids=ids, attention_mask=mask).logits
+    enable_revela_attention(lm)
+    assert lm.config._attn_implementation == REVELA_ATTENTION
+    torch.testing.assert_close(lm(input_ids=ids, attention_mask=mask).logits, reference, atol=1e-6, rtol=0)
+    state = RevelaAttentionState(mode="off")
+    torch.testing.assert_close(
+        lm(input_ids=ids, attention_mask=mask, revela_state=state).logits, reference, atol=1e-6, rtol=0
+    )
+    zero = revela_logits(lm, ids, mask, torch.zeros(4, 4))
+    torch.testing.assert_close(zero, reference, atol=1e-6, rtol=0)
+    # and a real Sim does change the logits (the check above can fail)
+    assert (revela_logits(lm, ids, mask, random_sim(4)) - reference).abs().max() > 1e-3
+
+
+def test_loss_with_in_batch_off_equals_plain_lm_loss(tiny_model):
+    lm = build_tiny_llama()
+    plain = copy.deepcopy(lm)
+    ids, mask = lm_batch()
+    labels = ids.masked_fill(mask == 0, -100)
+    expected = plain(input_ids=ids, attention_mask=mask, labels=labels).loss
+    loss = RevelaLoss(tiny_model, lm, in_batch=False)
+    q = torch.randn(4, 8)
+    got = loss.compute_loss_from_embeddings(q, q + 0.1, ids, mask)
+    torch.testing.assert_close(got, expected)
+    on = RevelaLoss(tiny_model, copy.deepcopy(plain), temperature=0.05).compute_loss_from_embeddings(
+        q, q + 0.1, ids, mask
+    )
+    assert abs(float(on) - float(expected)) > 1e-4
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4])
+def test_v_norm_bound_per_head(kv_heads):
+    lm = build_tiny_llama(kv_heads=kv_heads)
+    enable_revela_attention(lm)
+    with torch.no_grad():  # large values: without V-norm the in-batch outputs exceed norm 1
+        for layer in lm.model.layers:
+            layer.self_attn.v_proj.weight.mul_(20.0)
+    ids, mask = lm_batch()
+    capture: dict = {}
+    revela_logits(lm, ids, mask, random_sim(4), v_norm=True, capture=capture)
+    assert sorted(capture) == [0, 1]
+    for pairs in capture.values():  # [B, B, H, L, d]
+        assert pairs.norm(dim=-1).max() <= 1.0 + 1e-5
+        assert pairs.norm(dim=-1).max() > 0.5
+    capture_off: dict = {}
+    revela_logits(lm, ids, mask, random_sim(4), v_norm=False, capture=capture_off)
+    assert max(p.norm(dim=-1).max() for p in capture_off.values()) > 1.5
+
+
+def test_no_future_leakage_inside_a_chunk():
+    lm = build_tiny_llama()
+    enable_revela_attention(lm)
+    ids, mask = lm_batch(length=10)
+    sim = random_sim(4)
+    base = revela_logits(lm, ids, mask, sim)
+    changed = ids.clone()
+    t = 4
+    changed[0, t + 1 :] = (changed[0, t + 1 :] + 7) % 56 + 4  # change chunk 0 after position t
+    after = revela_logits(lm, changed, mask, sim)
+    torch.testing.assert_close(after[0, : t + 1], base[0, : t + 1], atol=1e-5, rtol=0)
+    assert (after[0, t + 1 :] - base[0, t + 1 :]).abs().max() > 1e-4
+    # other chunks attend to all of chunk 0 (full mask of eq. 5), so they do see the change
+    assert (after[1] - base[1]).abs().max() > 1e-5
+
+
+def test_chunk_permutation_equivariance():
+    lm = build_tiny_llama()
+    enable_revela_attention(lm)
+    ids, mask = lm_batch()
+    sim = random_sim(4, seed=3)
+    base = revela_logits(lm, ids, mask, sim)
+    perm = torch.tensor([2, 0, 3, 1])
+    permuted = revela_logits(lm, ids[perm], mask[perm], sim[perm][:, perm])
+    torch.testing.assert_close(permuted, base[perm], atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------- gradients
+def tokenized(model, texts):
+    return model.preprocess(texts)
+
+
+def features_for(model, chunks, lm_ids, lm_mask):
+    halves = [" ".join(c.split()[: max(1, len(c.split()) // 2)]) for c in chunks]
+    return [tokenized(model, halves), tokenized(model, chunks), {"input_ids": lm_ids, "attention_mask": lm_mask}]
+
+
+def test_gradients_reach_retriever_and_lm(tiny_model, sentences):
+    lm = build_tiny_llama()
+    loss = RevelaLoss(tiny_model, lm, temperature=0.05)
+    ids, mask = lm_batch(bsz=3)
+    out = loss(features_for(tiny_model, sentences[:3], ids, mask), torch.zeros(3, dtype=torch.long))
+    out.backward()
+    retriever_grads = [p.grad.abs().sum() for p in tiny_model.parameters() if p.grad is not None]
+    assert retriever_grads and float(sum(retriever_grads)) > 0
+    lm_grads = {n: p.grad for n, p in lm.named_parameters() if p.grad is not None}
+    assert float(lm_grads["model.layers.0.self_attn.k_proj.weight"].abs().sum()) > 0
+    assert float(lm_grads["model.layers.1.mlp.up_proj.weight"].abs().sum()) > 0
+
+
+def test_frozen_lm_still_trains_retriever(tiny_model, sentences):
+    lm = build_tiny_llama()
+    loss = RevelaLoss(tiny_model, lm, temperature=0.05, train_lm=False)
+    ids, mask = lm_batch(bsz=3)
+    loss(features_for(tiny_model, sentences[:3], ids, mask)).backward()
+    assert all(p.grad is None for p in lm.parameters())
+    assert float(sum(p.grad.abs().sum() for p in tiny_model.parameters() if p.grad is not None)) > 0
+
+
+@pytest.mark.parametrize("bsz", [1, 2])
+def test_fewer_than_three_chunks_raise(tiny_model, sentences, bsz):
+    loss = RevelaLoss(tiny_model, build_tiny_llama())
+    ids, mask = lm_batch(bsz=4)
+    with pytest.raises(ValueError, match="exactly zero"):
+        loss(features_for(tiny_model, sentences[:bsz], ids[:bsz], mask[:bsz]))
+    with pytest.raises(ValueError, match="at least 3"):
+        loss.similarity_matrix(torch.randn(bsz, 4), torch.randn(bsz, 4))
+
+
+def test_b2_sim_is_constant_so_retriever_gradient_vanishes():
+    """The reason for the B < 3 error: with B = 2 the masked row softmax is [[0, 1], [1, 0]] for any scores."""
+    scores = torch.randn(2, 2, requires_grad=True)
+    sim = torch.softmax((scores / 0.05).masked_fill(torch.eye(2, dtype=torch.bool), float("-inf")), dim=-1)
+    assert torch.equal(sim.detach(), torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+    (sim * torch.randn(2, 2)).sum().backward()
+    assert torch.count_nonzero(scores.grad) == 0
+
+
+def test_mixed_groups_and_missing_lm_features_raise(tiny_model, sentences):
+    loss = RevelaLoss(tiny_model, build_tiny_llama())
+    ids, mask = lm_batch(bsz=3)
+    feats = features_for(tiny_model, sentences[:3], ids, mask)
+    with pytest.raises(ValueError, match="mixes chunks of different groups"):
+        loss(feats, torch.tensor([0, 0, 1]))
+    with pytest.raises(ValueError, match="RevelaDataCollator"):
+        loss(feats[:2])
+
+
+def test_bad_arguments_raise(tiny_model):
+    with pytest.raises(ValueError, match="temperature"):
+        RevelaLoss(tiny_model, build_tiny_llama(), temperature=0)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=30))
+    with pytest.raises(ValueError, match="llama"):
+        RevelaLoss(tiny_model, gpt2)
+    with pytest.raises(ValueError, match="mode"):
+        RevelaAttentionState(mode="both")
+
+
+def test_config_and_citation(tiny_model):
+    loss = RevelaLoss(tiny_model, build_tiny_llama(), temperature=0.05, v_norm=False)
+    cfg = loss.get_config_dict()
+    assert cfg["temperature"] == 0.05 and cfg["v_norm"] is False and cfg["lm"] == "llama"
+    assert "Revela" in loss.citation
+    assert isinstance(get_similarity("cosine"), type(loss.similarity))
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+def test_save_and_load_lm_weights_roundtrip(tmp_path):
+    lm = build_tiny_llama(seed=1)
+    other = build_tiny_llama(seed=2)
+    save_lm_weights(lm, tmp_path / "lm")
+    assert any((p1 - p2).abs().max() > 0 for p1, p2 in zip(lm.parameters(), other.parameters(), strict=True))
+    load_lm_weights(other, tmp_path / "lm")
+    for (n1, p1), (_, p2) in zip(lm.named_parameters(), other.named_parameters(), strict=True):
+        assert torch.equal(p1, p2), n1
+    with pytest.raises(FileNotFoundError):
+        load_lm_weights(other, tmp_path / "nothing")
+    with pytest.raises(ValueError, match="do not match"):
+        load_lm_weights(build_tiny_llama(vocab_size=70), tmp_path / "lm")
+
+
+def _trainer(model, loss, lm_tokenizer, dataset, out_dir, max_steps):
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+    from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler
+
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=3,
+        batch_sampler=RevelaGroupBatchSampler,
+        max_steps=max_steps,
+        save_steps=1,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    return SentenceTransformerTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        loss=loss,
+        data_collator=RevelaDataCollator(preprocess_fn=model.preprocess, lm_tokenizer=lm_tokenizer, lm_max_length=12),
+        callbacks=[RevelaLMCheckpointCallback(loss)],
+    )
+
+
+def test_trainer_saves_and_restores_the_lm(tmp_path, tiny_bert_dir):
+    from conftest import build_tiny_st
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+    texts = [
+        "the protein increase in cancer cell study",
+        "vitamin and diet effect on heart risk",
+        "coffee tea and sleep study in patients",
+        "exercise and weight loss trial with fat",
+        "fish fat acid brain memory and sleep",
+        "blood sugar level in patients with diet",
+    ]
+    dataset = Dataset.from_dict(
+        {"query": [" ".join(t.split()[:3]) for t in texts], "passage": texts, "label": [0, 0, 0, 1, 1, 1]}
+    )
+
+    model = build_tiny_st(tiny_bert_dir)
+    lm = build_tiny_llama(vocab_size=len(lm_tokenizer))
+    lm_init = copy.deepcopy(lm)
+    loss = RevelaLoss(model, lm, temperature=0.05)
+    _trainer(model, loss, lm_tokenizer, dataset, tmp_path / "run", max_steps=2).train()
+    ck1 = tmp_path / "run" / "checkpoint-1" / "revela_lm"
+    assert (ck1 / "trainable.safetensors").is_file()
+    assert (tmp_path / "run" / "checkpoint-2" / "revela_lm" / "trainable.safetensors").is_file()
+    trained = {n: p.detach().clone() for n, p in lm.named_parameters()}
+    assert any(not torch.equal(trained[n], p) for n, p in lm_init.named_parameters())  # the LM was trained
+
+    # resume from checkpoint-1 with a fresh LM: it is restored before the first step, then trained to step 2
+    model2 = build_tiny_st(tiny_bert_dir)
+    lm2 = copy.deepcopy(lm_init)
+    loss2 = RevelaLoss(model2, lm2, temperature=0.05)
+    restored: dict = {}
+
+    class Probe(RevelaLMCheckpointCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            restored.update({n: p.detach().clone() for n, p in self.loss.lm.named_parameters()})
+            return control
+
+    trainer = _trainer(model2, loss2, lm_tokenizer, dataset, tmp_path / "run", max_steps=2)
+    trainer.add_callback(Probe(loss2))  # runs after the checkpoint callback
+    trainer.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
+    from safetensors.torch import load_file
+
+    saved1 = load_file(str(ck1 / "trainable.safetensors"))
+    for name, tensor in saved1.items():
+        assert torch.equal(restored[name], tensor), name
+    for name, p in lm2.named_parameters():
+        torch.testing.assert_close(p.detach(), trained[name], atol=1e-5, rtol=1e-4)
+
+
+def test_resume_without_saved_lm_raises(tmp_path):
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    lm = build_tiny_llama()
+    cb = RevelaLMCheckpointCallback(type("L", (), {"lm": lm})())
+    state = TrainerState()
+    state.global_step = 3
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    with pytest.raises(FileNotFoundError, match="no saved Revela LM"):
+        cb.on_train_begin(args, state, TrainerControl())
