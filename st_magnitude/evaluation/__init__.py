@@ -1,0 +1,49 @@
+"""Sentence-transformers evaluators that honour query/document roles.
+
+* :class:`RoleIREvaluator` — retrieval with ``encode_query`` / ``encode_document`` and the model's own similarity,
+  exact search, pytrec_eval metrics (via BEIR), optional pooled AUC.
+* :class:`PooledAUCEvaluator` — pooled ROC-AUC over queries (paper 001 §6) with a ROC PNG.
+* :class:`DualSimilarityEvaluator` — dot vs cosine on the same embeddings, magnitude-collapse detector
+  (paper 000 App. N.3).
+
+ContrastiveEntropyEvaluator (paper 003) will be added here by its owner
+(st_magnitude/evaluation/contrastive_entropy.py).
+"""
+
+from __future__ import annotations
+
+from st_magnitude.evaluation.auc import (
+    AUCPools,
+    PooledAUCEvaluator,
+    per_query_auc,
+    plot_roc,
+    pooled_auc_pools,
+    pooled_auc_score,
+)
+from st_magnitude.evaluation.dual import DualSimilarityEvaluator, MagnitudeCollapseDetected
+from st_magnitude.evaluation.ir import (
+    RoleIREvaluator,
+    doc_texts,
+    encode_roles,
+    exact_search,
+    resolve_score_fn,
+    retrieval_metrics,
+)
+
+# NOTE: ContrastiveEntropyEvaluator will be added (import from st_magnitude.evaluation.contrastive_entropy).
+__all__ = [
+    "AUCPools",
+    "DualSimilarityEvaluator",
+    "MagnitudeCollapseDetected",
+    "PooledAUCEvaluator",
+    "RoleIREvaluator",
+    "doc_texts",
+    "encode_roles",
+    "exact_search",
+    "per_query_auc",
+    "plot_roc",
+    "pooled_auc_pools",
+    "pooled_auc_score",
+    "resolve_score_fn",
+    "retrieval_metrics",
+]

@@ -1,0 +1,377 @@
+"""Information retrieval that honours the model's query/document roles.
+
+* Queries are encoded with ``model.encode_query`` and documents with ``model.encode_document`` (ST task routing),
+  and scored with ``model.similarity`` — for a model converted by :func:`st_magnitude.apply_similarity` that is a
+  plain dot product of φ_γq(q) and φ_γd(d), i.e. exactly the similarity it was trained with (digest 000 §2.2).
+* :func:`exact_search` is a chunked matmul + ``torch.topk`` over the whole corpus (one ``topk`` per query chunk, no
+  Python heap), with a tqdm bar; ``benchmarks/bench_search.py`` compares it with BEIR's ``DenseRetrievalExactSearch``.
+* Metrics are never hand-written: nDCG/Recall/MAP/P come from pytrec_eval through BEIR's
+  ``EvaluateRetrieval.evaluate`` and MRR from ``EvaluateRetrieval.evaluate_custom(metric="mrr")``.
+
+Identical ids: like BEIR (``DenseRetrievalExactSearch`` and ``EvaluateRetrieval.evaluate``), a document whose id
+equals the query id is skipped by default (``ignore_identical_ids=True``). ST's ``InformationRetrievalEvaluator``
+and mteb (by default) keep it; our mteb local tasks set ``ignore_identical_ids=True`` to match.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from sentence_transformers.evaluation import SentenceEvaluator
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from st_magnitude.similarity import Similarity, get_similarity
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "RoleIREvaluator",
+    "doc_texts",
+    "encode_roles",
+    "exact_search",
+    "resolve_score_fn",
+    "retrieval_metrics",
+]
+
+ScoreFn = Callable[[Tensor, Tensor], Tensor]
+
+#: scores per query chunk kept in memory at once (query_chunk × corpus floats)
+_MAX_CHUNK_ELEMENTS = 1 << 25
+
+
+def doc_texts(corpus: dict[str, Any], ids: Sequence[str], sep: str = " ") -> list[str]:
+    """Texts of ``ids`` as mteb builds them: ``(title + sep + text).strip()`` (or the string itself)."""
+    out = []
+    for cid in ids:
+        doc = corpus[cid]
+        if isinstance(doc, str):
+            out.append(doc)
+            continue
+        title = doc.get("title") or ""
+        text = doc.get("text") or ""
+        out.append((title + sep + text).strip() if title else text.strip())
+    return out
+
+
+def encode_roles(
+    model,
+    queries: Sequence[str],
+    documents: Sequence[str],
+    *,
+    batch_size: int = 32,
+    show_progress_bar: bool | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Encode queries with ``encode_query`` and documents with ``encode_document``; float32 CPU tensors."""
+    if len(documents) == 0:
+        raise ValueError("The corpus is empty: retrieval evaluation needs at least one document.")
+    if len(queries) == 0:
+        raise ValueError("No queries to evaluate.")
+    kw = {"batch_size": batch_size, "convert_to_tensor": True, "show_progress_bar": show_progress_bar}
+    q = model.encode_query(list(queries), **kw)
+    d = model.encode_document(list(documents), **kw)
+    return q.detach().float().cpu(), d.detach().float().cpu()
+
+
+def resolve_score_fn(model, similarity: str | Similarity | ScoreFn | None = None) -> tuple[ScoreFn, str]:
+    """The scoring function and a description of it.
+
+    ``None`` → the model's own ``model.similarity`` (for converted models "dot" on role-specific outputs).
+    A name or :class:`~st_magnitude.similarity.Similarity` → that family member, applied to the model's outputs
+    (queries first). Any other callable ``fn(Q[B, n], D[M, n]) -> [B, M]`` is used as is.
+    """
+    if similarity is None:
+        name = getattr(model, "similarity_fn_name", None) or "model"
+        return model.similarity, f"model.similarity ({name})"
+    if isinstance(similarity, (str, Similarity)):
+        sim = get_similarity(similarity)
+        return sim, f"{sim.name} (γq={sim.gamma_query:g}, γd={sim.gamma_document:g})"
+    if callable(similarity):
+        return similarity, getattr(similarity, "__name__", type(similarity).__name__)
+    raise TypeError(f"similarity must be None, a similarity name, a Similarity or a callable; got {similarity!r}")
+
+
+def _score(score_fn: ScoreFn, q: Tensor, d: Tensor) -> Tensor:
+    with torch.no_grad():
+        s = score_fn(q, d)
+    if not isinstance(s, Tensor):
+        s = torch.as_tensor(s)
+    s = s.float()
+    if torch.isnan(s).any():
+        n = int(torch.isnan(s).sum())
+        warnings.warn(
+            f"{n} NaN retrieval score(s): the embeddings contain NaN/inf (a collapsed or diverged model?). "
+            "They are ranked last.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        s = torch.where(torch.isnan(s), torch.full_like(s, -math.inf), s)
+    return s
+
+
+def _query_chunks(n_queries: int, n_docs: int, query_chunk_size: int | None) -> range:
+    size = query_chunk_size or max(1, min(n_queries, _MAX_CHUNK_ELEMENTS // max(1, n_docs)))
+    return range(0, n_queries, size)
+
+
+def exact_search(
+    query_embeddings: Tensor,
+    corpus_embeddings: Tensor,
+    query_ids: Sequence[str],
+    corpus_ids: Sequence[str],
+    top_k: int = 100,
+    score_fn: ScoreFn | None = None,
+    *,
+    ignore_identical_ids: bool = True,
+    query_chunk_size: int | None = None,
+    show_progress_bar: bool = False,
+) -> dict[str, dict[str, float]]:
+    """Exhaustive top-k search: ``{query_id: {doc_id: score}}`` with the ``top_k`` best documents per query.
+
+    Scores a chunk of queries against the whole corpus with one matmul (``score_fn``, default dot product) and one
+    ``torch.topk``; documents whose id equals the query id are masked out first when ``ignore_identical_ids``.
+    """
+    if len(query_ids) != len(query_embeddings) or len(corpus_ids) != len(corpus_embeddings):
+        raise ValueError(
+            f"ids and embeddings differ in length: {len(query_ids)} query ids for {len(query_embeddings)} "
+            f"embeddings, {len(corpus_ids)} corpus ids for {len(corpus_embeddings)} embeddings"
+        )
+    if len(corpus_ids) == 0:
+        raise ValueError("The corpus is empty: retrieval needs at least one document.")
+    if top_k <= 0:
+        raise ValueError(f"top_k must be positive, got {top_k}")
+    score_fn = score_fn or (lambda q, d: q @ d.T)
+    corpus_ids = list(corpus_ids)
+    pos_of = {cid: i for i, cid in enumerate(corpus_ids)} if ignore_identical_ids else {}
+    k = min(top_k, len(corpus_ids))
+    results: dict[str, dict[str, float]] = {}
+    chunks = _query_chunks(len(query_ids), len(corpus_ids), query_chunk_size)
+    for start in tqdm(chunks, desc="exact search", disable=not show_progress_bar, unit="chunk"):
+        stop = min(start + chunks.step, len(query_ids))
+        scores = _score(score_fn, query_embeddings[start:stop], corpus_embeddings)
+        if ignore_identical_ids:
+            for row, qid in enumerate(query_ids[start:stop]):
+                j = pos_of.get(qid)
+                if j is not None:
+                    scores[row, j] = -math.inf
+        vals, idx = torch.topk(scores, k, dim=1)
+        vals, idx = vals.tolist(), idx.tolist()
+        for row, qid in enumerate(query_ids[start:stop]):
+            hits = zip(idx[row], vals[row])
+            if ignore_identical_ids:
+                results[qid] = {corpus_ids[j]: v for j, v in hits if corpus_ids[j] != qid}
+            else:
+                results[qid] = {corpus_ids[j]: v for j, v in hits}
+    return results
+
+
+def retrieval_metrics(
+    qrels: dict[str, dict[str, int]],
+    results: dict[str, dict[str, float]],
+    *,
+    ndcg_at_k: Sequence[int] = (10,),
+    recall_at_k: Sequence[int] = (100,),
+    mrr_at_k: Sequence[int] = (10,),
+    map_at_k: Sequence[int] = (),
+    precision_at_k: Sequence[int] = (),
+    ignore_identical_ids: bool = True,
+) -> dict[str, float]:
+    """nDCG/Recall/MAP/P@k (pytrec_eval through BEIR's ``EvaluateRetrieval.evaluate``) and MRR@k
+    (``EvaluateRetrieval.evaluate_custom``). Keys: ``ndcg@10``, ``recall@100``, ``mrr@10``, ``map@k``, ``precision@k``.
+
+    Only queries in ``qrels`` are scored (BEIR averages MRR over ``len(qrels)``); ``results`` is not modified.
+    """
+    from beir.retrieval.evaluation import EvaluateRetrieval
+
+    results = {q: dict(results.get(q, {})) for q in qrels}
+    ks = sorted({*ndcg_at_k, *recall_at_k, *map_at_k, *precision_at_k} or {10})
+    ndcg, _map, recall, precision = EvaluateRetrieval.evaluate(
+        qrels, results, ks, ignore_identical_ids=ignore_identical_ids
+    )
+    out: dict[str, float] = {}
+    for k in ndcg_at_k:
+        out[f"ndcg@{k}"] = ndcg[f"NDCG@{k}"]
+    for k in recall_at_k:
+        out[f"recall@{k}"] = recall[f"Recall@{k}"]
+    for k in map_at_k:
+        out[f"map@{k}"] = _map[f"MAP@{k}"]
+    for k in precision_at_k:
+        out[f"precision@{k}"] = precision[f"P@{k}"]
+    if mrr_at_k:
+        mrr = EvaluateRetrieval.evaluate_custom(qrels, results, list(mrr_at_k), metric="mrr")
+        for k in mrr_at_k:
+            out[f"mrr@{k}"] = mrr[f"MRR@{k}"]
+    return out
+
+
+class RoleIREvaluator(SentenceEvaluator):
+    """Retrieval evaluator that encodes with the model's roles and scores with the model's own similarity.
+
+    A drop-in alternative to ST's ``InformationRetrievalEvaluator`` for magnitude-aware models: queries through
+    ``encode_query``, corpus through ``encode_document``, scores from ``model.similarity`` (or ``similarity``),
+    exact top-k search, metrics from pytrec_eval via BEIR. Optionally adds pooled ROC-AUC (paper 001 §6) on the same
+    embeddings.
+
+    Args:
+        queries: ``{query_id: text}``.
+        corpus: ``{doc_id: text}`` or ``{doc_id: {"title", "text"}}`` (BEIR layout).
+        relevant_docs: ``{query_id: {doc_id: grade}}`` or ``{query_id: set(doc_ids)}``; grade > 0 is relevant.
+        ndcg_at_k, recall_at_k, mrr_at_k, map_at_k: cut-offs.
+        similarity: ``None`` (the model's own) or a name / :class:`Similarity` / callable applied to its outputs.
+        pooled_auc: also compute pooled and per-query ROC-AUC with ``auc_negatives`` hard negatives per query.
+        auc_negatives: negatives per query for the AUC (paper 001: 500).
+        ignore_identical_ids: skip documents whose id equals the query id (BEIR convention).
+        batch_size: encoding batch size.
+        name: prefix of the metric keys.
+        show_progress_bar: show encoding/search bars.
+
+    Example::
+
+        from st_magnitude.evaluation import RoleIREvaluator
+        evaluator = RoleIREvaluator(queries, corpus, qrels, name="scifact", pooled_auc=True)
+        metrics = evaluator(model)      # {"scifact_ndcg@10": ..., "scifact_pooled_auc": ...}
+    """
+
+    def __init__(
+        self,
+        queries: dict[str, str],
+        corpus: dict[str, Any],
+        relevant_docs: dict[str, Any],
+        *,
+        ndcg_at_k: Sequence[int] = (10,),
+        recall_at_k: Sequence[int] = (100,),
+        mrr_at_k: Sequence[int] = (10,),
+        map_at_k: Sequence[int] = (),
+        similarity: str | Similarity | ScoreFn | None = None,
+        pooled_auc: bool = False,
+        auc_negatives: int = 500,
+        ignore_identical_ids: bool = True,
+        batch_size: int = 32,
+        name: str = "",
+        show_progress_bar: bool = False,
+    ) -> None:
+        super().__init__()
+        qrels = _normalise_qrels(relevant_docs)
+        missing = sorted({d for rel in qrels.values() for d in rel if d not in corpus})
+        if not corpus:
+            raise ValueError("The corpus is empty: retrieval evaluation needs at least one document.")
+        if missing:
+            raise ValueError(
+                f"{len(missing)} relevant document id(s) are missing from the corpus (e.g. {missing[:5]}); every "
+                "judged document must be in the corpus (load_beir(..., on_missing='drop') drops them)."
+            )
+        missing_q = sorted(q for q in qrels if q not in queries)
+        if missing_q:
+            raise ValueError(f"{len(missing_q)} judged query id(s) have no text in `queries` (e.g. {missing_q[:5]}).")
+        if not qrels:
+            raise ValueError("relevant_docs is empty: nothing to evaluate.")
+        self.qrels = qrels
+        self.query_ids = list(qrels)
+        self.queries = [queries[q] for q in self.query_ids]
+        self.corpus_ids = list(corpus)
+        self.corpus_texts = doc_texts(corpus, self.corpus_ids)
+        self.ndcg_at_k, self.recall_at_k = tuple(ndcg_at_k), tuple(recall_at_k)
+        self.mrr_at_k, self.map_at_k = tuple(mrr_at_k), tuple(map_at_k)
+        self.top_k = max([*self.ndcg_at_k, *self.recall_at_k, *self.mrr_at_k, *self.map_at_k, 1])
+        self.similarity = similarity
+        self.pooled_auc = pooled_auc
+        self.auc_negatives = auc_negatives
+        self.ignore_identical_ids = ignore_identical_ids
+        self.batch_size = batch_size
+        self.name = name
+        self.show_progress_bar = show_progress_bar
+        self.primary_metric = f"ndcg@{self.ndcg_at_k[0]}" if self.ndcg_at_k else f"mrr@{self.mrr_at_k[0]}"
+        self.last_results: dict[str, dict[str, float]] | None = None
+
+    def encode(self, model) -> tuple[Tensor, Tensor]:
+        return encode_roles(
+            model,
+            self.queries,
+            self.corpus_texts,
+            batch_size=self.batch_size,
+            show_progress_bar=self.show_progress_bar,
+        )
+
+    def evaluate_embeddings(self, query_embeddings: Tensor, corpus_embeddings: Tensor, score_fn: ScoreFn) -> dict:
+        """Metrics (no name prefix) for precomputed embeddings in ``self.query_ids`` / ``self.corpus_ids`` order."""
+        results = exact_search(
+            query_embeddings,
+            corpus_embeddings,
+            self.query_ids,
+            self.corpus_ids,
+            self.top_k,
+            score_fn,
+            ignore_identical_ids=self.ignore_identical_ids,
+            show_progress_bar=self.show_progress_bar,
+        )
+        self.last_results = results
+        metrics = retrieval_metrics(
+            self.qrels,
+            results,
+            ndcg_at_k=self.ndcg_at_k,
+            recall_at_k=self.recall_at_k,
+            mrr_at_k=self.mrr_at_k,
+            map_at_k=self.map_at_k,
+            ignore_identical_ids=self.ignore_identical_ids,
+        )
+        if self.pooled_auc:
+            from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
+
+            pools = pooled_auc_pools(
+                query_embeddings,
+                corpus_embeddings,
+                self.query_ids,
+                self.corpus_ids,
+                self.qrels,
+                score_fn,
+                n_negatives=self.auc_negatives,
+                ignore_identical_ids=self.ignore_identical_ids,
+            )
+            metrics["pooled_auc"] = pooled_auc_score(pools.positives, pools.negatives)
+            metrics["per_query_auc"] = per_query_auc(pools)
+        return metrics
+
+    def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        score_fn, desc = resolve_score_fn(model, self.similarity)
+        logger.info("RoleIREvaluator %s: scoring with %s", self.name or "", desc)
+        q, d = self.encode(model)
+        metrics = self.evaluate_embeddings(q, d, score_fn)
+        if output_path is not None:
+            os.makedirs(output_path, exist_ok=True)
+            _append_csv(os.path.join(output_path, f"role_ir_{self.name or 'eval'}.csv"), epoch, steps, metrics)
+        metrics = self.prefix_name_to_metrics(metrics, self.name)
+        self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
+        return metrics
+
+    def get_config_dict(self) -> dict[str, Any]:
+        sim = self.similarity
+        return {
+            "similarity": "model" if sim is None else getattr(sim, "name", sim if isinstance(sim, str) else "custom"),
+            "ignore_identical_ids": self.ignore_identical_ids,
+            "pooled_auc": self.pooled_auc,
+        }
+
+
+def _normalise_qrels(relevant_docs: dict[str, Any]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for q, rel in relevant_docs.items():
+        if isinstance(rel, dict):
+            out[str(q)] = {str(d): int(s) for d, s in rel.items()}
+        else:
+            out[str(q)] = {str(d): 1 for d in rel}
+    return {q: r for q, r in out.items() if any(s > 0 for s in r.values())}
+
+
+def _append_csv(path: str, epoch: int, steps: int, metrics: dict[str, float]) -> None:
+    keys = sorted(metrics)
+    new = not os.path.isfile(path)
+    with open(path, "a", encoding="utf-8") as f:
+        if new:
+            f.write(",".join(["epoch", "steps", *keys]) + "\n")
+        f.write(",".join([str(epoch), str(steps), *(f"{metrics[k]:.6f}" for k in keys)]) + "\n")
