@@ -258,6 +258,7 @@ class _LocalLoader:
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
+        self.__name__ = "SentenceTransformerEncoderWrapper"  # mteb serialises the loader by its __name__
 
     def __call__(self, name: str, revision: str | None = None, **kwargs: Any):
         import mteb

@@ -1,0 +1,56 @@
+"""Magnitude diagnostics (paper 000 §4–6): norm statistics, Cohen's d, CV/ΔCV, component FIM, the κ rule,
+cross-evaluation, and a markdown + PNG report (:func:`diagnose`, CLI ``st-magnitude diagnose``)."""
+
+from __future__ import annotations
+
+from st_magnitude.diagnostics.cross_eval import (
+    EVAL_SIMILARITIES,
+    cross_evaluation,
+    cross_evaluation_from_embeddings,
+    format_matrix,
+)
+from st_magnitude.diagnostics.fim import (
+    ConditionNumberResult,
+    component_fim,
+    component_fim_table,
+    condition_number,
+    fisher_matrix,
+    pair_gradients,
+    recommend_normalization,
+)
+from st_magnitude.diagnostics.norms import (
+    coefficient_of_variation,
+    cohens_d,
+    delta_cv,
+    doc_norm_cohens_d,
+    effect_size_band,
+    norm_stats,
+    pseudo_relevant_from_results,
+)
+from st_magnitude.diagnostics.report import DatasetDiagnosis, Diagnosis, diagnose, kappa_pairs, run_kappa
+
+__all__ = [
+    "EVAL_SIMILARITIES",
+    "ConditionNumberResult",
+    "DatasetDiagnosis",
+    "Diagnosis",
+    "coefficient_of_variation",
+    "cohens_d",
+    "component_fim",
+    "component_fim_table",
+    "condition_number",
+    "cross_evaluation",
+    "cross_evaluation_from_embeddings",
+    "delta_cv",
+    "diagnose",
+    "doc_norm_cohens_d",
+    "effect_size_band",
+    "fisher_matrix",
+    "format_matrix",
+    "kappa_pairs",
+    "norm_stats",
+    "pair_gradients",
+    "pseudo_relevant_from_results",
+    "recommend_normalization",
+    "run_kappa",
+]

@@ -1,0 +1,73 @@
+"""``st-magnitude diagnose MODEL --data BEIR_DIR...`` (see docs/diagnostics.md)."""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def add_subcommands(subparsers) -> None:
+    p = subparsers.add_parser(
+        "diagnose",
+        help="magnitude diagnostics + which side to normalise (κ rule with bootstrap CI); writes a report",
+        description=(
+            "Norm statistics by role, Cohen's d of document norms (labelled and label-free), query-norm CV, "
+            "component FIM table, κ(F_qnorm) vs κ(F_dnorm) with a bootstrap interval, pooled ROC-AUC, "
+            "cross-evaluation; report.md + PNGs in --output."
+        ),
+    )
+    p.add_argument("model", help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
+    p.add_argument("--data", nargs="+", required=True, metavar="BEIR_DIR", help="local BEIR folder(s)")
+    p.add_argument("--split", default="test", help="evaluation split for norms/Cohen's d/AUC (default test)")
+    p.add_argument(
+        "--pairs-split",
+        default="train",
+        help="qrels split the κ pairs are sampled from (default train; falls back to test)",
+    )
+    p.add_argument("--n-pairs", type=int, default=2000, help="(query, positive) pairs for κ (default 2000 ≥ 2n)")
+    p.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples for the κ interval")
+    p.add_argument("--max-seq-length", type=int, default=128, help="token cap (default 128)")
+    p.add_argument("--max-corpus", type=int, default=None, help="NanoBEIR-style corpus subsample per dataset")
+    p.add_argument("--max-queries", type=int, default=None)
+    p.add_argument("--no-kappa", action="store_true", help="skip the κ rule")
+    p.add_argument("--output", default="runs/diagnose", help="report folder (default runs/diagnose)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    from st_magnitude.diagnostics.report import diagnose
+
+    if args.n_pairs <= 1 or args.bootstrap < 0:
+        raise ValueError("--n-pairs must be > 1 and --bootstrap >= 0")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    diag = diagnose(
+        args.model,
+        args.data,
+        split=args.split,
+        pairs_split=args.pairs_split,
+        n_pairs=args.n_pairs,
+        n_bootstrap=args.bootstrap,
+        max_seq_length=args.max_seq_length,
+        max_corpus=args.max_corpus,
+        max_queries=args.max_queries,
+        kappa=not args.no_kappa,
+        output_dir=args.output,
+        seed=args.seed,
+    )
+    print(f"model: {args.model} — serves {diag.serves}")
+    if diag.kappa is not None:
+        print(f"κ rule ({diag.kappa_source}, {diag.kappa_seconds:.1f} s): {diag.kappa.summary()}")
+    for ds in diag.datasets:
+        print(
+            f"{ds.name}: Cohen's d {ds.cohens_d:+.3f} ({ds.cohens_d_band}), label-free {ds.cohens_d_label_free:+.3f}; "
+            f"query-norm CV {ds.query_norms['cv_percent']:.2f}%; pooled AUC {ds.pooled_auc:.4f} "
+            f"(per-query {ds.per_query_auc:.4f})" + (f" [{ds.note}]" if ds.note else "")
+        )
+    print(f"report: {diag.report_path}")
+    return 0

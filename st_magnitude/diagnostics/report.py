@@ -1,0 +1,337 @@
+"""``diagnose``: all magnitude diagnostics of one model on local BEIR folders, as a markdown + PNG report.
+
+Steps (paper 000 §4–5, digest §5–6; choices in docs/diagnostics.md):
+
+1. κ rule: sample ``n_pairs`` (query, relevant document) pairs from the ``pairs_split`` qrels of all folders
+   (seeded), encode them *raw* with their roles, :func:`~st_magnitude.diagnostics.fim.recommend_normalization`.
+2. Per dataset (evaluation ``split``, optional NanoBEIR-style subsample): raw norms by role, Cohen's d of document
+   norms (labelled and label-free), query-norm CV, the component-FIM table on the judged pairs, pooled ROC-AUC of
+   the model's own similarity, the cross-evaluation row (this model × cosine/dot/qnorm/dnorm).
+3. Report: ``report.md`` plus ``norms_<dataset>.png`` (document-norm histograms, relevant vs irrelevant) and
+   ``roc_<dataset>.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from st_magnitude.convert import model_gammas, model_similarity
+from st_magnitude.diagnostics.cross_eval import EVAL_SIMILARITIES, cross_evaluation_from_embeddings, format_matrix
+from st_magnitude.diagnostics.fim import ConditionNumberResult, component_fim_table, recommend_normalization
+from st_magnitude.diagnostics.norms import (
+    doc_norm_cohens_d,
+    effect_size_band,
+    norm_stats,
+    pseudo_relevant_from_results,
+)
+from st_magnitude.evaluation.auc import per_query_auc, plot_roc, pooled_auc_pools, pooled_auc_score
+from st_magnitude.evaluation.ir import encode_roles, exact_search
+from st_magnitude.integrations.data import BEIRData, doc_text, load_beir, subsample
+from st_magnitude.integrations.models import describe_similarity, load_model, raw_model
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DatasetDiagnosis", "Diagnosis", "diagnose", "kappa_pairs", "run_kappa"]
+
+
+@dataclass
+class DatasetDiagnosis:
+    name: str
+    note: str
+    query_norms: dict[str, float]
+    doc_norms: dict[str, float]
+    cohens_d: float
+    cohens_d_band: str
+    n_relevant: int
+    n_irrelevant: int
+    cohens_d_label_free: float
+    label_free_k: int
+    fim_table: dict[str, dict[str, float]]
+    pooled_auc: float
+    per_query_auc: float
+    cross_eval: dict[str, dict[str, float]]
+    plots: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Diagnosis:
+    model: str
+    serves: str
+    kappa: ConditionNumberResult | None
+    kappa_seconds: float | None
+    kappa_source: str
+    datasets: list[DatasetDiagnosis]
+    report_path: str | None = None
+
+    def to_markdown(self) -> str:
+        lines = [f"# Magnitude diagnostics: `{self.model}`", "", f"Model serves: {self.serves}.", ""]
+        lines += ["## Which side to normalise: κ(F_qnorm) vs κ(F_dnorm) (paper 000 §4.5, eq. 26)", ""]
+        if self.kappa is None:
+            lines.append("Not computed.")
+        else:
+            k = self.kappa
+            lines += [
+                f"- pairs: {k.n_pairs} from {self.kappa_source}; embedding dim n = {k.dim} (2n = {2 * k.dim}); "
+                f"eigenvalues kept: {k.rank_qnorm} (qnorm), {k.rank_dnorm} (dnorm); damping {k.damping:g}",
+                f"- log10 κ(qnorm) = {k.log10_kappa_qnorm:.4f}, log10 κ(dnorm) = {k.log10_kappa_dnorm:.4f}",
+                f"- Δ = log10 κ(qnorm) − log10 κ(dnorm) = {k.delta:+.4f}, {int(k.confidence * 100)}% bootstrap CI "
+                f"[{k.ci_low:+.4f}, {k.ci_high:+.4f}] ({k.n_bootstrap} resamples)",
+                f"- **recommendation: {k.recommendation}** "
+                + ("(the interval excludes 0)" if k.confident else "(inconclusive: the interval contains 0)"),
+                f"- time: {self.kappa_seconds:.1f} s (encoding + κ + bootstrap)",
+                "",
+                "The rule predicts optimisation ease, not final quality (paper 000 App. M.4); paper margins are "
+                "0.01–0.09 in log10.",
+                "",
+            ]
+        for ds in self.datasets:
+            lines += [f"## {ds.name}", ""]
+            if ds.note:
+                lines += [f"_{ds.note}_", ""]
+            qn, dn = ds.query_norms, ds.doc_norms
+            lines += [
+                "| role | n | mean ‖·‖ | std | min | max | CV % |",
+                "|---|---|---|---|---|---|---|",
+                f"| query | {qn['n']} | {qn['mean']:.4f} | {qn['std']:.4f} | {qn['min']:.4f} | {qn['max']:.4f} | "
+                f"{qn['cv_percent']:.2f} |",
+                f"| document | {dn['n']} | {dn['mean']:.4f} | {dn['std']:.4f} | {dn['min']:.4f} | {dn['max']:.4f} | "
+                f"{dn['cv_percent']:.2f} |",
+                "",
+                f"- Cohen's d of document norms, relevant ({ds.n_relevant}) vs irrelevant ({ds.n_irrelevant}): "
+                f"**{ds.cohens_d:+.3f}** ({ds.cohens_d_band}; > 0 favours qnorm, < 0 dnorm)",
+                f"- label-free Cohen's d (top-{ds.label_free_k} retrieved as pseudo-relevant): "
+                f"{ds.cohens_d_label_free:+.3f}",
+                f"- pooled ROC-AUC (model's similarity, 500 hard negatives/query): {ds.pooled_auc:.4f}; "
+                f"per-query mean AUC: {ds.per_query_auc:.4f}",
+                "",
+                "Component FIM, log10 E[(∂s/∂·)²] on the judged pairs (paper 000 Table 2 formulas; −20 = exact 0):",
+                "",
+                "| component | " + " | ".join(ds.fim_table) + " |",
+                "|---" * (len(ds.fim_table) + 1) + "|",
+            ]
+            for comp in ("doc_mag", "query_mag", "angular"):
+                lines.append(f"| {comp} | " + " | ".join(f"{ds.fim_table[v][comp]:.2f}" for v in ds.fim_table) + " |")
+            lines += ["", "Cross-evaluation (raw embeddings of this model scored with each similarity):", ""]
+            lines += [format_matrix(ds.cross_eval), ""]
+            for label, p in ds.plots.items():
+                lines.append(f"![{label}]({os.path.basename(p)})")
+            lines.append("")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.kappa is not None:
+            d["kappa"].pop("bootstrap_deltas", None)
+        return d
+
+
+def kappa_pairs(
+    folders: Sequence[str | os.PathLike], split: str = "train", n_pairs: int = 2000, seed: int = 0
+) -> tuple[list[str], list[str], str]:
+    """Seeded sample of (query text, relevant document text) pairs from the qrels of several BEIR folders.
+
+    The folders share the budget evenly (a folder with fewer pairs gives all it has, the rest is filled from the
+    others), so e.g. SciFact's 919 train pairs are not drowned by NFCorpus's 110k.
+    """
+    pools: list[list[tuple[str, str]]] = []
+    used = []
+    for f in folders:
+        path = Path(f)
+        sp = split if (path / "qrels" / f"{split}.tsv").is_file() else "test"
+        data = load_beir(path, sp, on_missing="drop")
+        pool = [
+            (data.queries[q], doc_text(data.corpus[d]))
+            for q, rel in data.qrels.items()
+            for d, g in rel.items()
+            if g > 0
+        ]
+        pools.append(pool)
+        used.append((f"{path.name}/{sp}", len(pool)))
+    total = sum(len(p) for p in pools)
+    if total == 0:
+        raise ValueError("no relevant (query, document) pairs found for the κ rule")
+    if n_pairs > total:
+        logger.warning("only %d pairs available (asked for %d)", total, n_pairs)
+        n_pairs = total
+    quota = [0] * len(pools)
+    left = n_pairs
+    order = sorted(range(len(pools)), key=lambda i: len(pools[i]))
+    for rank, i in enumerate(order):  # smallest pools first; each takes its fair share of what is left
+        share = left // (len(pools) - rank)
+        quota[i] = min(len(pools[i]), share)
+        left -= quota[i]
+    rng = random.Random(seed)
+    pairs = [pair for i, pool in enumerate(pools) for pair in rng.sample(pool, quota[i])]
+    source = " + ".join(f"{name} ({quota[i]} of {n})" for i, (name, n) in enumerate(used))
+    return [p[0] for p in pairs], [p[1] for p in pairs], source
+
+
+def run_kappa(
+    model,
+    folders: Sequence[str | os.PathLike],
+    *,
+    split: str = "train",
+    n_pairs: int = 2000,
+    n_bootstrap: int = 100,
+    seed: int = 0,
+    batch_size: int = 32,
+    raw=None,
+) -> tuple[ConditionNumberResult, float, str]:
+    """κ rule on the model's raw embeddings of sampled pairs; returns (result, seconds, source description)."""
+    t0 = time.perf_counter()
+    qs, ds, source = kappa_pairs(folders, split, n_pairs, seed)
+    raw = raw if raw is not None else raw_model(model)
+    uq, ud = list(dict.fromkeys(qs)), list(dict.fromkeys(ds))  # encode each distinct text once
+    q_emb, d_emb = encode_roles(raw, uq, ud, batch_size=batch_size)
+    qi = {t: i for i, t in enumerate(uq)}
+    di = {t: i for i, t in enumerate(ud)}
+    q = q_emb[[qi[t] for t in qs]]
+    d = d_emb[[di[t] for t in ds]]
+    result = recommend_normalization(q, d, n_bootstrap=n_bootstrap, seed=seed)
+    return result, time.perf_counter() - t0, source
+
+
+def _plot_norms(rel: list[float], irrel: list[float], path: str, title: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    bins = np.histogram_bin_edges(np.r_[rel, irrel], bins=40)
+    ax.hist(irrel, bins=bins, alpha=0.6, density=True, label=f"irrelevant (n={len(irrel)})")
+    ax.hist(rel, bins=bins, alpha=0.6, density=True, label=f"relevant (n={len(rel)})")
+    ax.set(xlabel="document norm ‖d‖ (raw)", ylabel="density", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _diagnose_dataset(model, raw, data: BEIRData, out_dir: str | None, label_free_k: int, batch_size: int):
+    qids, cids = list(data.queries), list(data.corpus)
+    q, d = encode_roles(
+        raw, [data.queries[i] for i in qids], [doc_text(data.corpus[i]) for i in cids], batch_size=batch_size
+    )
+    qn = torch.linalg.vector_norm(q, dim=-1).numpy()
+    dn = torch.linalg.vector_norm(d, dim=-1).numpy()
+    doc_norms = dict(zip(cids, dn.tolist()))
+    relevant = {doc for rel in data.qrels.values() for doc, g in rel.items() if g > 0}
+    cd, n_rel, n_irr = doc_norm_cohens_d(doc_norms, relevant)
+    served = model_similarity(model)
+    if served is None:  # unrecognised structure: score the model's own outputs
+        sq, sd = encode_roles(
+            model, [data.queries[i] for i in qids], [doc_text(data.corpus[i]) for i in cids], batch_size=batch_size
+        )
+        score_fn, sq_, sd_ = model.similarity, sq, sd
+    else:
+        score_fn, sq_, sd_ = served, q, d
+    results = exact_search(sq_, sd_, qids, cids, top_k=max(label_free_k, 10), score_fn=score_fn)
+    pseudo = pseudo_relevant_from_results(results, label_free_k)
+    cd_free, _, _ = doc_norm_cohens_d(doc_norms, pseudo)
+    pools = pooled_auc_pools(sq_, sd_, qids, cids, data.qrels, score_fn)
+    # component FIM on the judged pairs (raw embeddings)
+    pi = {c: i for i, c in enumerate(cids)}
+    qi = {c: i for i, c in enumerate(qids)}
+    pairs = [(qi[qq], pi[dd]) for qq, rel in data.qrels.items() for dd, g in rel.items() if g > 0]
+    pq = q[[a for a, _ in pairs]]
+    pd = d[[b for _, b in pairs]]
+    gammas = model_gammas(model)
+    learn = gammas if gammas is not None and 0 < gammas[0] < 1 else (0.5, 0.5)
+    fim = component_fim_table(pq, pd, learnable_gammas=learn)
+    cross = cross_evaluation_from_embeddings({"this model": (q, d)}, data, EVAL_SIMILARITIES)
+    plots = {}
+    if out_dir:
+        rel_n = [doc_norms[c] for c in cids if c in relevant]
+        irr_n = [doc_norms[c] for c in cids if c not in relevant]
+        plots["document norms"] = _plot_norms(
+            rel_n, irr_n, os.path.join(out_dir, f"norms_{data.name}.png"), f"{data.name}: raw document norms"
+        )
+        plots["pooled ROC"] = plot_roc({data.name: pools}, os.path.join(out_dir, f"roc_{data.name}.png"))
+    return DatasetDiagnosis(
+        name=data.name,
+        note=data.note,
+        query_norms=dict(norm_stats(qn)),
+        doc_norms=dict(norm_stats(dn)),
+        cohens_d=cd,
+        cohens_d_band=effect_size_band(cd),
+        n_relevant=n_rel,
+        n_irrelevant=n_irr,
+        cohens_d_label_free=cd_free,
+        label_free_k=label_free_k,
+        fim_table=fim,
+        pooled_auc=pooled_auc_score(pools.positives, pools.negatives),
+        per_query_auc=per_query_auc(pools),
+        cross_eval=cross,
+        plots=plots,
+    )
+
+
+def diagnose(
+    model,
+    data: Sequence[str | os.PathLike],
+    *,
+    split: str = "test",
+    pairs_split: str = "train",
+    n_pairs: int = 2000,
+    n_bootstrap: int = 100,
+    max_seq_length: int | None = 128,
+    max_corpus: int | None = None,
+    max_queries: int | None = None,
+    label_free_k: int = 10,
+    kappa: bool = True,
+    output_dir: str | os.PathLike | None = None,
+    seed: int = 42,
+    batch_size: int = 32,
+) -> Diagnosis:
+    """Run every diagnostic (module docs) and write ``report.md`` + PNGs + ``diagnosis.json`` to ``output_dir``."""
+    if not data:
+        raise ValueError("diagnose needs at least one BEIR folder (--data)")
+    for f in data:
+        if not Path(f).is_dir():
+            raise FileNotFoundError(f"BEIR dataset folder {str(f)!r} does not exist or is not a folder.")
+    model_name = str(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__
+    model = load_model(model, max_seq_length=max_seq_length)
+    raw = raw_model(model)
+    out_dir = None
+    if output_dir is not None:
+        out_dir = str(output_dir)
+        os.makedirs(out_dir, exist_ok=True)
+    k_res, k_sec, k_src = (None, None, "")
+    if kappa:
+        k_res, k_sec, k_src = run_kappa(
+            model,
+            data,
+            split=pairs_split,
+            n_pairs=n_pairs,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+            batch_size=batch_size,
+            raw=raw,
+        )
+        logger.info("κ rule: %s (%.1f s)", k_res.summary(), k_sec)
+    datasets = []
+    for f in data:
+        ds = load_beir(f, split)
+        if max_corpus or max_queries:
+            ds = subsample(ds, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
+        datasets.append(_diagnose_dataset(model, raw, ds, out_dir, label_free_k, batch_size))
+    diag = Diagnosis(model_name, describe_similarity(model), k_res, k_sec, k_src, datasets)
+    if out_dir:
+        path = os.path.join(out_dir, "report.md")
+        Path(path).write_text(diag.to_markdown(), encoding="utf-8")
+        Path(out_dir, "diagnosis.json").write_text(json.dumps(diag.to_dict(), indent=2, default=str))
+        diag.report_path = path
+    return diag

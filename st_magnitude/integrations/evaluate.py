@@ -1,0 +1,125 @@
+"""Evaluate a model on local BEIR folders with its roles: nDCG@10, Recall@100, MRR@10 and pooled AUC per dataset."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from st_magnitude.evaluation.ir import RoleIREvaluator
+from st_magnitude.integrations.data import BEIRData, load_beir, subsample
+from st_magnitude.integrations.models import describe_similarity, load_model, raw_model, require_roles
+from st_magnitude.similarity import Similarity, get_similarity
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["evaluate_folders", "evaluate_model", "format_table"]
+
+TABLE_COLUMNS = ("ndcg@10", "recall@100", "mrr@10", "pooled_auc", "per_query_auc")
+
+
+def evaluate_model(
+    model,
+    data: BEIRData,
+    *,
+    similarity: str | Similarity | None = None,
+    roles_required: bool = False,
+    pooled_auc: bool = True,
+    batch_size: int = 32,
+    show_progress_bar: bool = False,
+) -> dict[str, Any]:
+    """One table row for ``data``.
+
+    ``similarity=None`` scores the model's outputs with its own ``model.similarity`` (what it serves).
+    A similarity name scores the model's *raw* embeddings (all normalisation removed, roles kept) with that family
+    member instead — the cross-evaluation setting of paper 000 §4.2. ``roles_required=True`` refuses a model whose
+    ``encode_query`` and ``encode_document`` coincide.
+    """
+    if roles_required:
+        require_roles(model, "evaluation with --require-roles")
+    scored = model
+    desc = describe_similarity(model)
+    if similarity is not None:
+        sim = get_similarity(similarity)
+        scored = raw_model(model)
+        desc = f"{sim.name} on the raw embeddings (model normalisation removed)"
+    t0 = time.perf_counter()
+    ev = RoleIREvaluator(
+        data.queries,
+        data.corpus,
+        data.qrels,
+        ndcg_at_k=(10,),
+        recall_at_k=(100,),
+        mrr_at_k=(10,),
+        similarity=None if similarity is None else get_similarity(similarity),
+        pooled_auc=pooled_auc,
+        batch_size=batch_size,
+        show_progress_bar=show_progress_bar,
+    )
+    metrics = ev(scored)
+    return {
+        "dataset": data.name,
+        "split": data.split,
+        "queries": len(data.queries),
+        "corpus": len(data.corpus),
+        "note": data.note,
+        "scored_with": desc,
+        "seconds": time.perf_counter() - t0,
+        **metrics,
+    }
+
+
+def evaluate_folders(
+    model,
+    folders: Sequence[str | os.PathLike],
+    *,
+    split: str = "test",
+    max_corpus: int | None = None,
+    max_queries: int | None = None,
+    seed: int = 42,
+    similarity: str | None = None,
+    roles_required: bool = False,
+    max_seq_length: int | None = None,
+    on_missing: str = "raise",
+    batch_size: int = 32,
+    show_progress_bar: bool = False,
+) -> list[dict[str, Any]]:
+    """:func:`evaluate_model` on each BEIR folder (optionally NanoBEIR-style subsampled, stated in each row)."""
+    if not folders:
+        raise ValueError("no dataset given: pass at least one BEIR folder (--data)")
+    datasets = []
+    for f in folders:  # load (and validate) everything before the slow encoding starts
+        data = load_beir(f, split, on_missing=on_missing)
+        if max_corpus or max_queries:
+            data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
+        datasets.append(data)
+    if similarity is not None:
+        get_similarity(similarity)  # validate the name early
+    model = load_model(model, max_seq_length=max_seq_length)
+    return [
+        evaluate_model(
+            model,
+            d,
+            similarity=similarity,
+            roles_required=roles_required,
+            batch_size=batch_size,
+            show_progress_bar=show_progress_bar,
+        )
+        for d in datasets
+    ]
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Plain-text table, one line per dataset, plus the subsampling notes."""
+    head = f"{'dataset':<14} {'split':<6} {'queries':>7} {'docs':>7} " + " ".join(f"{c:>13}" for c in TABLE_COLUMNS)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        vals = " ".join(f"{r[c]:>13.4f}" if c in r else f"{'-':>13}" for c in TABLE_COLUMNS)
+        lines.append(f"{r['dataset']:<14} {r['split']:<6} {r['queries']:>7} {r['corpus']:>7} {vals}")
+    notes = [f"{r['dataset']}: {r['note']}" for r in rows if r.get("note")]
+    lines.append("")
+    lines.append(f"scored with: {rows[0]['scored_with']}" if rows else "")
+    lines += notes
+    return "\n".join(lines)
