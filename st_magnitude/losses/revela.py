@@ -51,6 +51,7 @@ class RevelaLoss(nn.Module):
         eps: float = 1e-6,
         train_lm: bool = True,
         in_batch: bool = True,
+        cache_grad: bool = True,
     ) -> None:
         """Revela (Cai et al., 2025): train a retriever through a causal LM whose next-token prediction for each
         chunk also attends to the other chunks of its in-batch set, weighted by the retriever's similarities.
@@ -79,6 +80,9 @@ class RevelaLoss(nn.Module):
             eps: ε of eq. 6 (official code 1e-6).
             train_lm: if False the LM is frozen (official ``freeze_reference``) and pass 1 runs without gradient.
             in_batch: if False the in-batch term is switched off and the loss is the plain LM loss (for checks).
+            cache_grad: if True (official code) the gradient also flows through pass 1's keys/values into the LM;
+                False runs pass 1 without gradient (our speed option: saves pass 1's backward; the retriever's
+                gradient is unchanged in form, the LM then learns only through pass 2).
 
         References:
             - Revela: Dense Retriever Learning via Language Modeling, Cai et al., 2025: https://arxiv.org/abs/2506.16552
@@ -157,6 +161,7 @@ class RevelaLoss(nn.Module):
         self.eps = float(eps)
         self.train_lm = bool(train_lm)
         self.in_batch = bool(in_batch)
+        self.cache_grad = bool(cache_grad)
         self.similarity = get_similarity("cosine")  # paper §3.3: S_ij = cos(h_i, h_j)
         enable_revela_attention(lm)
         if not self.train_lm:
@@ -194,7 +199,8 @@ class RevelaLoss(nn.Module):
         if bool((attention_mask.sum(dim=1) == 0).any()):
             raise ValueError("every chunk must have at least one non-padding LM token")
         state = RevelaAttentionState(mode="record", key_mask=attention_mask.bool(), v_norm=self.v_norm, eps=self.eps)
-        grad_ctx = torch.enable_grad() if (self.train_lm and torch.is_grad_enabled()) else torch.no_grad()
+        record_grad = self.train_lm and self.cache_grad and torch.is_grad_enabled()
+        grad_ctx = torch.enable_grad() if record_grad else torch.no_grad()
         with grad_ctx:
             # pass 1 (e-stream): only the K/V matter, so only one position goes through the LM head
             self.lm(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, **{STATE_KWARG: state})
@@ -268,6 +274,7 @@ class RevelaLoss(nn.Module):
             "eps": self.eps,
             "train_lm": self.train_lm,
             "in_batch": self.in_batch,
+            "cache_grad": self.cache_grad,
             "lm": getattr(lm_config, "_name_or_path", None) or getattr(lm_config, "model_type", None),
         }
 

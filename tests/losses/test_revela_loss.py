@@ -166,7 +166,7 @@ def test_loss_with_in_batch_off_equals_plain_lm_loss(tiny_model):
     on = RevelaLoss(tiny_model, copy.deepcopy(plain), temperature=0.05).compute_loss_from_embeddings(
         q, q + 0.1, ids, mask
     )
-    assert abs(float(on) - float(expected)) > 1e-4
+    assert abs(float(on.detach()) - float(expected)) > 1e-4
 
 
 @pytest.mark.parametrize("kv_heads", [2, 4])
@@ -401,3 +401,45 @@ def test_resume_without_saved_lm_raises(tmp_path):
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
     with pytest.raises(FileNotFoundError, match="no saved Revela LM"):
         cb.on_train_begin(args, state, TrainerControl())
+
+
+def test_cache_grad_false_keeps_loss_and_retriever_gradient(tiny_model):
+    """Detaching pass 1 changes only where the LM's gradient flows: same loss, same gradient w.r.t. Sim."""
+    ids, mask = lm_batch()
+    grads = {}
+    for flag in (True, False):
+        lm = build_tiny_llama()
+        loss = RevelaLoss(tiny_model, lm, temperature=0.05, cache_grad=flag)
+        q = torch.randn(4, 8, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        value = loss.compute_loss_from_embeddings(q, q.detach() + 0.3, ids, mask)
+        value.backward()
+        grads[flag] = (value.detach(), q.grad.clone(), lm.model.layers[0].self_attn.k_proj.weight.grad.clone())
+    torch.testing.assert_close(grads[True][0], grads[False][0])
+    torch.testing.assert_close(grads[True][1], grads[False][1])
+    assert not torch.allclose(grads[True][2], grads[False][2])  # the LM gradient differs (pass 1 path removed)
+
+
+def test_lora_lm_via_peft_trains_and_checkpoints_adapters(tiny_model, sentences, tmp_path):
+    peft = pytest.importorskip("peft", reason="optional extra: pip install peft")
+    lm = peft.get_peft_model(
+        build_tiny_llama(), peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    )
+    loss = RevelaLoss(tiny_model, lm, temperature=0.05)
+    assert lm.base_model.model.config._attn_implementation == REVELA_ATTENTION
+    ids, mask = lm_batch(bsz=3)
+    loss(features_for(tiny_model, sentences[:3], ids, mask)).backward()
+    trainable = {n: p for n, p in lm.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    # LoRA B starts at 0, so at the first step only the B matrices get a gradient
+    assert any(float(p.grad.abs().sum()) > 0 for n, p in trainable.items() if "lora_B" in n)
+    with torch.no_grad():
+        for p in trainable.values():
+            p.add_(0.1)
+    save_lm_weights(lm, tmp_path / "lora")
+    other = peft.get_peft_model(
+        build_tiny_llama(), peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    )
+    load_lm_weights(other, tmp_path / "lora")
+    for name, p in other.named_parameters():
+        if "lora_" in name:
+            assert torch.equal(p, trainable[name]), name
