@@ -1,0 +1,191 @@
+"""Shared plumbing of the st-magnitude losses: which similarity to score with, query/document roles, gathering.
+
+Two cases (decided in the issue, see ``docs/partial_norm_infonce.md``):
+
+(a) *plain* model (``carried_similarity(model) is None``): the loss applies ``get_similarity(similarity)`` to the
+    model outputs — the "swap the similarity" path.
+(b) *converted* model (made by :func:`st_magnitude.apply_similarity`): its outputs are already φ_γq(q) / φ_γd(d)
+    per role, so the loss scores them with a plain dot product and gives each column its role through
+    ``features["task"]`` (column 0 → ``"query"``, the others → ``"document"``) unless the trainer's
+    ``router_mapping`` already set one.
+
+The similarity math itself lives only in :mod:`st_magnitude.similarity`.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from sentence_transformers.util import all_gather_with_grad, get_rank, get_world_size
+from torch import Tensor, nn
+
+from st_magnitude.convert import carried_similarity, model_gammas
+from st_magnitude.similarity import (
+    CORNER_GAMMAS,
+    SIMILARITY_NAMES,
+    LearnableSimilarity,
+    Similarity,
+    get_similarity,
+)
+
+logger = logging.getLogger(__name__)
+
+QUERY_ROLE, DOCUMENT_ROLE = "query", "document"
+
+
+class LossSimilarityWarning(UserWarning):
+    """A loss was asked for a similarity that the model cannot express or will not save (see the message)."""
+
+
+def _name_of(sim: Similarity) -> str:
+    if isinstance(sim, LearnableSimilarity):
+        return "learnable"
+    gammas = (sim.gamma_query, sim.gamma_document)
+    return next((k for k, v in CORNER_GAMMAS.items() if v == gammas), f"power_norm{gammas}")
+
+
+def resolve_similarity(
+    model: nn.Module, similarity: str | Similarity | None, loss_name: str
+) -> tuple[Similarity, Similarity | None, str]:
+    """Decide how a loss scores embeddings of ``model``.
+
+    Returns ``(scoring_similarity, carried, name)``: ``carried`` is the similarity a converted model carries (then
+    ``scoring_similarity`` is dot), or ``None`` for a plain model (then ``scoring_similarity`` is the requested one).
+    ``name`` is the similarity the loss trains, for the config / model card.
+    """
+    carried = carried_similarity(model)
+    if carried is not None:
+        name = _name_of(carried)
+        if similarity is not None:
+            requested = get_similarity(similarity) if isinstance(similarity, str) else similarity
+            both_learnable = isinstance(requested, LearnableSimilarity) and isinstance(carried, LearnableSimilarity)
+            same_fixed = not isinstance(requested, LearnableSimilarity) and not isinstance(
+                carried, LearnableSimilarity
+            )
+            same_fixed = same_fixed and (requested.gamma_query, requested.gamma_document) == (
+                carried.gamma_query,
+                carried.gamma_document,
+            )
+            if not (both_learnable or same_fixed):
+                raise ValueError(
+                    f"{loss_name}: the model was converted with apply_similarity and carries the {name!r} similarity "
+                    f"(gamma_query={carried.gamma_query:.3g}, gamma_document={carried.gamma_document:.3g}), but "
+                    f"similarity={_name_of(requested)!r} was requested. Pass similarity=None (use what the model "
+                    f"carries) or {name!r}, or convert the model with apply_similarity(model, "
+                    f"{_name_of(requested)!r}) first."
+                )
+        return get_similarity("dot"), carried, name
+
+    if similarity is None:
+        fn_name = getattr(model, "similarity_fn_name", None)
+        if fn_name not in ("cosine", "dot"):
+            raise ValueError(
+                f"{loss_name}: similarity=None means 'use what the model carries', but this model is not converted "
+                f"and its similarity_fn_name is {fn_name!r}. Pass one of {list(SIMILARITY_NAMES)}."
+            )
+        similarity = fn_name
+    sim = get_similarity(similarity) if isinstance(similarity, str) else similarity
+    if not isinstance(sim, Similarity):
+        raise TypeError(f"{loss_name}: similarity must be a name in {list(SIMILARITY_NAMES)} or a Similarity")
+    name = _name_of(sim)
+    keeps_magnitude = isinstance(sim, LearnableSimilarity) or (sim.gamma_query, sim.gamma_document) != (1.0, 1.0)
+    if keeps_magnitude and model_gammas(model) == (1.0, 1.0):
+        warnings.warn(
+            f"{loss_name}: similarity {name!r} keeps embedding magnitude, but the model ends in Normalize, so every "
+            f"embedding has norm 1 and {name!r} trains exactly like cosine. Convert the model first with "
+            f"st_magnitude.apply_similarity(model, {name!r}) (it removes the Normalize and makes the model serve "
+            f"{name!r} at inference), then pass the converted model to the loss.",
+            LossSimilarityWarning,
+            stacklevel=3,
+        )
+    if isinstance(sim, LearnableSimilarity) and sim._source is None:
+        warnings.warn(
+            f"{loss_name}: the learnable similarity's gamma parameters live in the loss, which sentence-transformers "
+            "optimises but never saves (not in model.safetensors, not in checkpoints) and does not use at inference. "
+            "Use st_magnitude.apply_similarity(model, 'learnable') so the model carries (and saves) gamma.",
+            LossSimilarityWarning,
+            stacklevel=3,
+        )
+    return sim, None, name
+
+
+def at_least_fp32(t: Tensor) -> Tensor:
+    """Upcast half-precision scores (fp16/bf16 autocast) to float32; float32/float64 pass unchanged."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def set_roles(sentence_features: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give column 0 the query role and the others the document role, unless a role (``task``) is already set."""
+    features = list(sentence_features)
+    for idx, feats in enumerate(features):
+        feats.setdefault("task", QUERY_ROLE if idx == 0 else DOCUMENT_ROLE)
+    return features
+
+
+def gather(queries: Tensor, docs: list[Tensor], enabled: bool) -> tuple[Tensor, list[Tensor], int, int]:
+    """All-gather (with gradients, like ST's MNRL) when ``enabled``; returns ``(queries, docs, offset, world)``."""
+    if not enabled:
+        return queries, docs, 0, 1
+    batch_size = queries.size(0)
+    queries = all_gather_with_grad(queries)
+    docs = [all_gather_with_grad(d) for d in docs]
+    world = get_world_size()
+    if queries.size(0) != batch_size * world:
+        raise ValueError(
+            "gather_across_devices=True needs the same per-device batch size on every process; use "
+            "dataloader_drop_last=True."
+        )
+    return queries, docs, get_rank() * batch_size, world
+
+
+def check_has_negatives(world_batch_size: int, n_doc_columns: int, loss_name: str) -> None:
+    if n_doc_columns < 1:
+        raise ValueError(
+            f"{loss_name} needs at least 2 input columns (anchor, positive[, negative_1, ...]), got "
+            f"{n_doc_columns + 1}."
+        )
+    if world_batch_size <= 1 and n_doc_columns == 1:
+        raise ValueError(
+            f"{loss_name}: a batch of one (anchor, positive) pair has no negatives, so the loss is undefined. Use a "
+            "batch size of at least 2 (in-batch negatives) or add hard-negative columns (anchor, positive, "
+            "negative_1, ...)."
+        )
+
+
+class DuplicateCheck:
+    """Log (once) when two positives in a batch are identical: each is then a negative of the other's query."""
+
+    def __init__(self) -> None:
+        self._warned = False
+
+    def __call__(self, positives: Tensor, loss_name: str) -> None:
+        if self._warned or positives.size(0) < 2:
+            return
+        with torch.no_grad():
+            n_unique = torch.unique(positives.detach(), dim=0).size(0)
+        if n_unique < positives.size(0):
+            logger.warning(
+                "%s: %d of %d positives in this batch are exact duplicates; each duplicate is scored as a negative "
+                "for the other query (as in MultipleNegativesRankingLoss). Use "
+                "SentenceTransformerTrainingArguments(batch_sampler=BatchSamplers.NO_DUPLICATES) to avoid these false "
+                "negatives.",
+                loss_name,
+                positives.size(0) - n_unique,
+                positives.size(0),
+            )
+            self._warned = True
+
+
+def similarity_config(sim_name: str, scoring: Similarity, carried: Similarity | None) -> dict[str, Any]:
+    """The similarity part of a loss's ``get_config_dict`` (rendered in the model card)."""
+    source = carried if carried is not None else scoring
+    return {
+        "similarity": sim_name,
+        "carried_by_model": carried is not None,
+        "gamma_query": round(source.gamma_query, 6),
+        "gamma_document": round(source.gamma_document, 6),
+    }

@@ -1,0 +1,393 @@
+"""MW (Mann–Whitney) loss of paper 001 (eq. 3), plain and cached (GradCache), with any similarity of the family.
+
+Paper 001 eq. 3 (batch form), with the temperature of Lemma 2 / §5.1 (digest 001 §4.2)::
+
+    L_MW = −(1/B) Σ_{i=1..B} Σ_{s_k⁻ ∈ S⁻} log σ((s_i⁺ − s_k⁻)/τ) = (1/B) Σ_i Σ_k softplus((s_k⁻ − s_i⁺)/τ)
+
+``s_i⁺`` are the B diagonal scores s(q_i, p_i⁺); ``S⁻`` is *every other entry* of the B × B(1+H) score matrix (each
+query against every passage of the batch except its own positive), pooled across queries, so
+``|S⁻| = B(HB + B − 1)`` and there are ``B·|S⁻|`` pairs. That is O(B³) pairs: they are evaluated in chunks of
+``chunk_size`` pairs by a custom autograd function that keeps only the scores and their gradients, so memory stays
+bounded by ``chunk_size`` whatever B is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+import tqdm
+from sentence_transformers.base.losses.gradcache import CachedLossMixin, _validate_mini_batch_num_tokens
+from sentence_transformers.base.losses.merged_forward import embed_columns
+from torch import Tensor, nn
+
+from st_magnitude.losses._common import (
+    DuplicateCheck,
+    at_least_fp32,
+    check_has_negatives,
+    gather,
+    resolve_similarity,
+    set_roles,
+    similarity_config,
+)
+from st_magnitude.similarity import Similarity
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MWLoss", "CachedMWLoss", "pairwise_softplus_sum", "MW_CITATION", "MW_REDUCTIONS"]
+
+MW_REDUCTIONS = ("paper", "mean")
+DEFAULT_CHUNK_SIZE = 2**20
+
+MW_CITATION = """
+@misc{sheikholeslami2025optimizingwhatmatters,
+    title={Optimizing What Matters: AUC-Driven Learning for Robust Neural Retrieval},
+    author={Sheikholeslami and Hosseini and Bechard and Daruru and Rajeswar},
+    year={2025},
+    eprint={2510.00137},
+    archivePrefix={arXiv},
+    primaryClass={cs.IR}
+}
+"""
+
+
+class _PairwiseSoftplusSum(torch.autograd.Function):
+    """Σ_i Σ_k softplus((neg_k − pos_i) · inv_tau), evaluated in chunks; gradients computed in the same pass.
+
+    d/d pos_i = −inv_tau Σ_k σ((neg_k − pos_i)·inv_tau),  d/d neg_k = +inv_tau Σ_i σ((neg_k − pos_i)·inv_tau)
+    (digest 001 §5 closed form). Only ``pos``/``neg``-sized tensors are kept for backward.
+    """
+
+    @staticmethod
+    def forward(ctx, pos: Tensor, neg: Tensor, inv_tau: float, chunk_size: int) -> Tensor:  # type: ignore[override]
+        needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        n_pos = max(pos.numel(), 1)
+        step = max(1, chunk_size // n_pos)
+        total = torch.zeros((), dtype=torch.float64, device=pos.device)
+        grad_pos = torch.zeros_like(pos) if needs_grad else None
+        grad_neg = torch.empty_like(neg) if needs_grad else None
+        pos_col = pos.unsqueeze(1)
+        for begin in range(0, neg.numel(), step):
+            z = neg[begin : begin + step].unsqueeze(0) - pos_col  # [P, c]
+            z.mul_(inv_tau)
+            total += F.softplus(z).sum(dtype=torch.float64)
+            if needs_grad:
+                z.sigmoid_()
+                grad_pos.sub_(z.sum(dim=1), alpha=inv_tau)
+                grad_neg[begin : begin + step] = z.sum(dim=0).mul_(inv_tau)
+        ctx.save_for_backward(grad_pos, grad_neg)
+        return total.to(pos.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor):  # type: ignore[override]
+        grad_pos, grad_neg = ctx.saved_tensors
+        return grad_output * grad_pos, grad_output * grad_neg, None, None
+
+
+def pairwise_softplus_sum(
+    pos: Tensor, neg: Tensor, temperature: float, chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> Tensor:
+    """``Σ_i Σ_k softplus((neg_k − pos_i)/τ) = −Σ_i Σ_k log σ((pos_i − neg_k)/τ)`` over all (positive, negative)
+    pairs, in float32, never holding more than ``chunk_size`` pairs at once (paper 001 eq. 3 without the 1/B)."""
+    pos = at_least_fp32(pos.reshape(-1))
+    neg = at_least_fp32(neg.reshape(-1)).to(pos.dtype)
+    return _PairwiseSoftplusSum.apply(pos, neg, 1.0 / float(temperature), int(chunk_size))
+
+
+def mw_negatives(similarity: Similarity, query_rows: Tensor, docs_all: Tensor, positive_columns: Tensor) -> Tensor:
+    """Rows of the score matrix s(q_i, ·) without each row's own positive column, flattened (a part of S⁻)."""
+    scores = at_least_fp32(similarity(query_rows, docs_all))  # [r, M]
+    keep = torch.ones_like(scores, dtype=torch.bool)
+    keep[torch.arange(scores.size(0), device=scores.device), positive_columns] = False
+    return scores[keep]
+
+
+def _check_mw_args(temperature: float, reduction: str, chunk_size: int) -> None:
+    if not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+    if reduction not in MW_REDUCTIONS:
+        raise ValueError(f"reduction must be one of {list(MW_REDUCTIONS)}, got {reduction!r}")
+    if not (isinstance(chunk_size, int) and chunk_size > 0):
+        raise ValueError(f"chunk_size must be a positive int (pairs per chunk), got {chunk_size!r}")
+
+
+def _normaliser(reduction: str, world_batch: int, n_docs: int, world: int) -> float:
+    """Factor turning the pair sum into the loss. Under gathering each process sums its own rows' negatives against
+    all positives, so the factor carries ``world``: the mean over processes (what DDP averages) is the full loss."""
+    n_negatives = world_batch * n_docs - world_batch  # |S⁻| = B(HB + B − 1)
+    if reduction == "paper":
+        return world / world_batch
+    return world / (world_batch * n_negatives)
+
+
+class MWLoss(nn.Module):
+    def __init__(
+        self,
+        model: nn.Module,
+        similarity: str | Similarity | None = "cosine",
+        temperature: float = 0.01,
+        reduction: Literal["paper", "mean"] = "paper",
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        gather_across_devices: bool = False,
+    ) -> None:
+        """The Mann–Whitney (MW) loss of paper 001 (eq. 3): a pairwise logistic surrogate of the *pooled* AUC.
+        Every positive score of the batch is compared with every negative score of the batch, across queries::
+
+            L = (1/B) Σ_i Σ_{s_k⁻ ∈ S⁻} softplus((s_k⁻ − s_i⁺)/τ)
+
+        where ``s_i⁺ = s(q_i, p_i⁺)`` are the B diagonal scores and ``S⁻`` holds every other entry of the
+        B × B(1+H) score matrix (in-batch and hard negatives of *all* queries). Unlike InfoNCE it is not invariant
+        to a per-query score shift, so it calibrates scores across queries; ``AoC ≤ L_MW(mean)/log 2`` (Lemma 2).
+        Scores come from any member of the similarity family; on a model converted with
+        ``st_magnitude.apply_similarity`` the carried similarity is used (same rules as
+        :class:`~st_magnitude.losses.PartialNormInfoNCELoss`).
+
+        Args:
+            model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
+            similarity: ``"cosine"`` (the paper), ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"``, a
+                ``Similarity``, or ``None`` for what the model carries.
+            temperature: τ (paper 001 §5.1: 0.01, i.e. a scale of 100 on cosine scores). Scores are divided by τ.
+            reduction: ``"paper"``: Σ over pairs / B, as eq. 3 is written (large: ≈ |S⁻|·log 2 at start);
+                ``"mean"``: mean over the B·|S⁻| pairs (the expectation of Lemma 2).
+            chunk_size: (positive, negative) pairs evaluated at once; memory ≈ 12 bytes × chunk_size. Does not
+                change the result.
+            gather_across_devices: gather embeddings from all processes (with gradients); each process then
+                compares every positive with its own anchors' negatives, and the mean over processes is the loss of
+                the full global batch.
+
+        References:
+            - Sheikholeslami et al. 2025, "Optimizing What Matters: AUC-Driven Learning for Robust Neural
+              Retrieval" (arXiv 2510.00137), eqs. 2–3, Lemmas 1–2.
+
+        Requirements:
+            1. (anchor, positive) pairs or (anchor, positive, negative_1, ..., negative_n) tuples (paper: H = 5).
+            2. At least one negative: batch size ≥ 2, or hard-negative columns.
+
+        Inputs:
+            +-------------------------------------------------+--------+
+            | Inputs                                          | Labels |
+            +=================================================+========+
+            | (anchor, positive) pairs                        | none   |
+            +-------------------------------------------------+--------+
+            | (anchor, positive, negative_1, ..., negative_n) | none   |
+            +-------------------------------------------------+--------+
+
+        Recommendations:
+            - ``batch_sampler=BatchSamplers.NO_DUPLICATES``: the paper masks nothing, so a duplicated positive is a
+              negative of the other query (the loss logs a warning the first time it sees one).
+            - With ``reduction="paper"`` the loss is in the thousands; gradient clipping (``max_grad_norm=1``) is
+              then active on every step. ``"mean"`` keeps it O(1).
+
+        Relations:
+            - :class:`CachedMWLoss`: same loss and gradients with GradCache.
+            - :class:`~st_magnitude.losses.PartialNormInfoNCELoss` / ST's ``MultipleNegativesRankingLoss``
+              (scale = 1/τ) is the contrastive baseline of paper 001.
+
+        Example:
+            ::
+
+                from datasets import Dataset
+                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+                from st_magnitude.losses import MWLoss
+
+                model = SentenceTransformer("all-MiniLM-L6-v2")
+                train_dataset = Dataset.from_dict({
+                    "anchor": ["what lowers blood sugar?", "is coffee bad for sleep?"],
+                    "positive": ["Fiber slows sugar uptake.", "Caffeine delays sleep onset."],
+                })
+                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=MWLoss(model))
+                trainer.train()
+        """
+        super().__init__()
+        _check_mw_args(temperature, reduction, chunk_size)
+        self.model = model
+        self.temperature = float(temperature)
+        self.reduction = reduction
+        self.chunk_size = chunk_size
+        self.gather_across_devices = bool(gather_across_devices)
+        self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
+            model, similarity, type(self).__name__
+        )
+        self._duplicates = DuplicateCheck()
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        features = list(sentence_features)
+        if self.carried is not None:
+            features = set_roles(features)
+        embeddings = embed_columns(self.model, features)
+        return self.compute_loss_from_embeddings(embeddings, labels)
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
+        """MW loss from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``)."""
+        check_has_negatives(embeddings[0].size(0), len(embeddings) - 1, type(self).__name__)
+        batch_size = embeddings[0].size(0)
+        queries, docs, offset, world = gather(embeddings[0], list(embeddings[1:]), self.gather_across_devices)
+        check_has_negatives(queries.size(0), len(docs), type(self).__name__)
+        self._duplicates(docs[0], type(self).__name__)
+        docs_all = torch.cat(docs, dim=0)
+        local = torch.arange(offset, offset + batch_size, device=queries.device)
+        positives = self.similarity_fct.pairwise(queries, docs[0])  # all B_world positives s_i⁺
+        negatives = mw_negatives(self.similarity_fct, queries[local], docs_all, local)
+        pair_sum = pairwise_softplus_sum(positives, negatives, self.temperature, self.chunk_size)
+        return pair_sum * _normaliser(self.reduction, queries.size(0), docs_all.size(0), world)
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / self.temperature
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {
+            **similarity_config(self.similarity_name, self.similarity_fct, self.carried),
+            "temperature": self.temperature,
+            "reduction": self.reduction,
+            "chunk_size": self.chunk_size,
+            "gather_across_devices": self.gather_across_devices,
+        }
+
+    @property
+    def citation(self) -> str:
+        return MW_CITATION
+
+
+class CachedMWLoss(CachedLossMixin, nn.Module):
+    def __init__(
+        self,
+        model: nn.Module,
+        similarity: str | Similarity | None = "cosine",
+        temperature: float = 0.01,
+        reduction: Literal["paper", "mean"] = "paper",
+        mini_batch_size: int = 32,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        mini_batch_num_tokens: int | None = None,
+        gather_across_devices: bool = False,
+        show_progress_bar: bool = False,
+    ) -> None:
+        """:class:`MWLoss` with gradient caching (GradCache) on ST's ``CachedLossMixin``: the same loss and
+        gradients, for effective batches far beyond memory.
+
+        The B × B(1+H) score matrix is built ``mini_batch_size`` rows at a time; each row chunk's negatives are
+        compared with all B positives (in chunks of ``chunk_size`` pairs) and back-propagated at once; the positives'
+        gradient is accumulated and back-propagated last. Peak memory is therefore one row chunk of scores plus
+        one pair chunk, independent of B (the pair count B·|S⁻| still grows as B³ in compute).
+
+        Args:
+            model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
+            similarity: as in :class:`MWLoss`.
+            temperature: τ (paper 001: 0.01).
+            reduction: ``"paper"`` (Σ/B, eq. 3) or ``"mean"`` (mean over pairs).
+            mini_batch_size: rows per forward pass and per score-matrix chunk.
+            chunk_size: (positive, negative) pairs evaluated at once.
+            mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
+            gather_across_devices: as in :class:`MWLoss`.
+            show_progress_bar: show the mini-batch progress.
+
+        References:
+            - Sheikholeslami et al. 2025, "Optimizing What Matters: AUC-Driven Learning for Robust Neural
+              Retrieval", eq. 3.
+            - Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup".
+
+        Requirements:
+            1. (anchor, positive) pairs or (anchor, positive, negative_1, ..., negative_n) tuples.
+
+        Inputs:
+            +-------------------------------------------------+--------+
+            | Inputs                                          | Labels |
+            +=================================================+========+
+            | (anchor, positive) pairs                        | none   |
+            +-------------------------------------------------+--------+
+            | (anchor, positive, negative_1, ..., negative_n) | none   |
+            +-------------------------------------------------+--------+
+
+        Recommendations:
+            - ``batch_sampler=BatchSamplers.NO_DUPLICATES``.
+
+        Relations:
+            - Equal (loss and gradients) to :class:`MWLoss`.
+
+        Example:
+            ::
+
+                from sentence_transformers import SentenceTransformer
+                from st_magnitude.losses import CachedMWLoss
+
+                model = SentenceTransformer("all-MiniLM-L6-v2")
+                loss = CachedMWLoss(model, mini_batch_size=32, reduction="mean")  # per_device_train_batch_size=1024
+        """
+        super().__init__()
+        _check_mw_args(temperature, reduction, chunk_size)
+        if not (isinstance(mini_batch_size, int) and mini_batch_size > 0):
+            raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
+        _validate_mini_batch_num_tokens(mini_batch_num_tokens)
+        self.model = model
+        self.temperature = float(temperature)
+        self.reduction = reduction
+        self.chunk_size = chunk_size
+        self.mini_batch_size = mini_batch_size
+        self.mini_batch_num_tokens = mini_batch_num_tokens
+        self.gather_across_devices = bool(gather_across_devices)
+        self.show_progress_bar = show_progress_bar
+        self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
+            model, similarity, type(self).__name__
+        )
+        self._duplicates = DuplicateCheck()
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        features = list(sentence_features)
+        check_has_negatives(2, len(features) - 1, type(self).__name__)
+        if self.carried is not None:
+            features = set_roles(features)  # before the mixin embeds: _create_minibatch keeps "task"
+        return self.forward_cached(features, labels)
+
+    def calculate_loss(
+        self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
+    ) -> Tensor:
+        """The MW loss over the whole batch, ``mini_batch_size`` score rows at a time (backward per chunk)."""
+        local_queries = torch.cat(reps[0])
+        batch_size = local_queries.size(0)
+        queries, docs, offset, world = gather(
+            local_queries, [torch.cat(r) for r in reps[1:]], self.gather_across_devices
+        )
+        check_has_negatives(queries.size(0), len(docs), type(self).__name__)
+        self._duplicates(docs[0], type(self).__name__)
+        docs_all = torch.cat(docs, dim=0)
+        factor = _normaliser(self.reduction, queries.size(0), docs_all.size(0), world)
+
+        positives = at_least_fp32(self.similarity_fct.pairwise(queries, docs[0]))
+        pos_input = positives.detach().requires_grad_() if with_backward else positives
+        total: Tensor | float = 0.0
+        for begin in tqdm.trange(
+            0, batch_size, self.mini_batch_size, desc="Calculating loss", disable=not self.show_progress_bar
+        ):
+            end = min(begin + self.mini_batch_size, batch_size)
+            local = torch.arange(offset + begin, offset + end, device=queries.device)
+            negatives = mw_negatives(self.similarity_fct, queries[local], docs_all, local)
+            chunk = pairwise_softplus_sum(pos_input, negatives, self.temperature, self.chunk_size) * factor
+            if with_backward:
+                chunk.backward()
+                chunk = chunk.detach()
+            total = total + chunk
+        if with_backward and pos_input.grad is not None:
+            positives.backward(pos_input.grad)
+        return total
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / self.temperature
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {
+            **similarity_config(self.similarity_name, self.similarity_fct, self.carried),
+            "temperature": self.temperature,
+            "reduction": self.reduction,
+            "mini_batch_size": self.mini_batch_size,
+            "chunk_size": self.chunk_size,
+            "mini_batch_num_tokens": self.mini_batch_num_tokens,
+            "gather_across_devices": self.gather_across_devices,
+        }
+
+    @property
+    def citation(self) -> str:
+        return MW_CITATION
