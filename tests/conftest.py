@@ -20,6 +20,12 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# CI runs property tests with a fixed seed so a red build is reproducible; locally they explore freely.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ST_MAGNITUDE_DATA", REPO_ROOT.parent / "shared" / "data"))
