@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from sentence_transformers.evaluation import SentenceEvaluator
+from sentence_transformers.sentence_transformer.evaluation import SentenceEvaluator
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -286,7 +286,12 @@ class RoleIREvaluator(SentenceEvaluator):
         self.batch_size = batch_size
         self.name = name
         self.show_progress_bar = show_progress_bar
-        self.primary_metric = f"ndcg@{self.ndcg_at_k[0]}" if self.ndcg_at_k else f"mrr@{self.mrr_at_k[0]}"
+        if self.ndcg_at_k:
+            self.primary_metric = f"ndcg@{self.ndcg_at_k[0]}"
+        elif self.mrr_at_k:
+            self.primary_metric = f"mrr@{self.mrr_at_k[0]}"
+        else:
+            self.primary_metric = "pooled_auc" if pooled_auc else None
         self.last_results: dict[str, dict[str, float]] | None = None
 
     def encode(self, model) -> tuple[Tensor, Tensor]:
