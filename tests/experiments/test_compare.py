@@ -1,0 +1,138 @@
+"""`st-magnitude compare` end to end on a tiny model and toy BEIR folders: results, resumability, bad inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from toy_beir import write_toy_beir
+
+from st_magnitude.cli import main
+from st_magnitude.experiments.compare import CompareConfig, run_compare
+
+
+@pytest.fixture
+def setup(tmp_path, tiny_model):
+    model_dir = tmp_path / "base"
+    tiny_model.save(str(model_dir))
+    data = tmp_path / "beir"
+    write_toy_beir(data / "toy", n_docs=24, n_queries=6, split="test")
+    write_toy_beir(data / "toy", n_docs=24, n_queries=6, split="train", seed=1)
+    write_toy_beir(data / "other", n_docs=16, n_queries=4, seed=2)
+    return model_dir, data
+
+
+def config(model_dir, data, out, **kw) -> CompareConfig:
+    base = dict(
+        model=str(model_dir),
+        variants=("qnorm", "dnorm"),
+        train_data="toy",
+        eval_data=("toy", "other"),
+        data_dir=str(data),
+        output_dir=str(out),
+        steps=2,
+        batch_size=4,
+        max_seq_length=32,
+        max_corpus=None,
+        max_queries=None,
+        kappa_pairs=8,
+        kappa_bootstrap=3,
+        learning_rate=1e-3,
+    )
+    base.update(kw)
+    return CompareConfig(**base)
+
+
+def test_compare_writes_results_and_resumes(setup, tmp_path):
+    model_dir, data = setup
+    out = tmp_path / "out"
+    logs: list[str] = []
+    result = run_compare(config(model_dir, data, out), log=logs.append)
+    # Then: one row per (run, dataset), a table, a CSV, plots and the κ verdict
+    assert {(r["run"], r["dataset"]) for r in result["rows"]} == {
+        (f"{v}-infonce", ds) for v in ("qnorm", "dnorm") for ds in ("toy", "other")
+    }
+    for r in result["rows"]:
+        assert 0.0 <= r["ndcg@10"] <= 1.0 and 0.0 <= r["pooled_auc"] <= 1.0
+    text = (out / "results.md").read_text()
+    assert "| qnorm-infonce | toy |" in text and "κ picked" in text
+    assert (out / "results.csv").read_text().startswith("run,dataset,ndcg@10")
+    assert sorted(p.name for p in (out / "plots").iterdir()) == [
+        "metrics_other.png",
+        "metrics_toy.png",
+        "norms_other.png",
+        "norms_toy.png",
+    ]
+    saved = json.loads((out / "runs" / "qnorm-infonce" / "metrics.json").read_text())
+    assert saved["variant"] == "qnorm" and "pooled_auc" in saved["metrics"]["toy"]
+
+    # Re-running skips finished variants
+    logs.clear()
+    again = run_compare(config(model_dir, data, out), log=logs.append)
+    assert sum("skipped" in line for line in logs) == 2
+    assert again["rows"] == result["rows"]
+
+    # A run interrupted after training (no metrics yet) is evaluated, not retrained
+    (out / "runs" / "dnorm-infonce" / "metrics.json").unlink()
+    logs.clear()
+    run_compare(config(model_dir, data, out), log=logs.append)
+    assert any("[dnorm-infonce] trained earlier: evaluating" in line for line in logs)
+
+    # A run interrupted mid-training (no finished model) is trained again and completes
+    shutil.rmtree(out / "runs" / "qnorm-infonce" / "model")
+    (out / "runs" / "qnorm-infonce" / "metrics.json").unlink()
+    logs.clear()
+    run_compare(config(model_dir, data, out), log=logs.append)
+    assert any("[qnorm-infonce] training" in line for line in logs)
+    assert (out / "runs" / "qnorm-infonce" / "metrics.json").exists()
+
+
+def test_compare_refuses_a_changed_configuration(setup, tmp_path):
+    model_dir, data = setup
+    out = tmp_path / "out"
+    run_compare(config(model_dir, data, out, variants=("dot",), kappa=False), log=lambda s: None)
+    with pytest.raises(ValueError, match="another configuration"):
+        run_compare(config(model_dir, data, out, variants=("dot",), steps=3, kappa=False), log=lambda s: None)
+
+
+def test_compare_bad_inputs_leave_nothing_behind(setup, tmp_path, capsys):
+    model_dir, data = setup
+    out = tmp_path / "never"
+    common = [
+        "compare",
+        "--data-dir",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--train-data",
+        "toy",
+        "--eval-data",
+        "toy",
+    ]
+    assert main([*common, "--model", str(model_dir), "--eval-data", "toy,fiqa"]) == 2
+    assert "'fiqa' is not in the data folder" in capsys.readouterr().err
+    assert main([*common, "--model", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main([*common, "--model", str(model_dir), "--variants", "qnorm,dnrom"]) == 2
+    assert "Valid names" in capsys.readouterr().err
+    assert main([*common, "--model", str(model_dir), "--loss", "hinge"]) == 2
+    assert "valid losses: infonce, mw, l2dir" in capsys.readouterr().err
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    args = [
+        "compare",
+        "--data-dir",
+        str(data),
+        "--output-dir",
+        str(blocker / "sub"),
+        "--train-data",
+        "toy",
+        "--eval-data",
+        "toy",
+        "--model",
+        str(model_dir),
+    ]
+    assert main(args) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert not out.exists()
