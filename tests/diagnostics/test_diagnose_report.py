@@ -1,0 +1,71 @@
+"""Cross-evaluation matrix, the diagnose report and the `st-magnitude diagnose` command."""
+
+from __future__ import annotations
+
+import pytest
+from toy_beir import write_toy_beir
+
+from st_magnitude import apply_similarity
+from st_magnitude.cli import main
+from st_magnitude.diagnostics import cross_evaluation, diagnose
+from st_magnitude.integrations.data import load_beir
+
+
+@pytest.fixture
+def toy(tmp_path):
+    folder = write_toy_beir(tmp_path / "toy", n_docs=24, n_queries=6)
+    write_toy_beir(folder, n_docs=24, n_queries=6, split="train", seed=1)
+    return folder
+
+
+def test_cross_evaluation_rank_equivalence(tiny_model_raw, tiny_bert_dir, toy):
+    # paper 000 Prop. 4.1: qnorm ranks like dot and dnorm like cosine, whatever the training similarity
+    from conftest import build_tiny_st
+
+    qn = apply_similarity(build_tiny_st(tiny_bert_dir, normalize=False, seed=1), "qnorm")
+    m = cross_evaluation({"dot": tiny_model_raw, "qnorm": qn}, load_beir(toy))
+    for row in m.values():
+        assert row["qnorm"] == row["dot"] and row["dnorm"] == row["cosine"]
+    with pytest.raises(ValueError, match="at least one model"):
+        cross_evaluation({}, load_beir(toy))
+
+
+def test_diagnose_writes_report_and_plots(tiny_model, toy, tmp_path):
+    out = tmp_path / "report"
+    diag = diagnose(tiny_model, [toy], n_pairs=70, n_bootstrap=5, output_dir=out, max_seq_length=None)
+    assert diag.kappa is not None and diag.kappa.n_pairs == 6 * 2  # all 12 train pairs (fewer than asked)
+    text = (out / "report.md").read_text()
+    for needle in ("recommendation:", "Cohen's d", "Component FIM", "Cross-evaluation", "norms_toy.png"):
+        assert needle in text
+    assert (out / "norms_toy.png").stat().st_size > 1000 and (out / "roc_toy.png").stat().st_size > 1000
+    ds = diag.datasets[0]
+    assert ds.cross_eval["this model"]["qnorm"] == ds.cross_eval["this model"]["dot"]
+    assert ds.fim_table["cosine"]["doc_mag"] == -20.0
+
+
+def test_diagnose_cli_prints_recommendation(tiny_model, toy, tmp_path, capsys):
+    path = tmp_path / "m"
+    tiny_model.save(str(path))
+    rc = main(
+        [
+            "diagnose",
+            str(path),
+            "--data",
+            str(toy),
+            "--n-pairs",
+            "12",
+            "--bootstrap",
+            "3",
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0 and "κ rule" in out and "recommend" in out and "report:" in out
+
+
+def test_diagnose_cli_bad_folder(tiny_model, tmp_path, capsys):
+    path = tmp_path / "m"
+    tiny_model.save(str(path))
+    rc = main(["diagnose", str(path), "--data", str(tmp_path / "missing")])
+    assert rc == 2 and "does not exist" in capsys.readouterr().err
