@@ -121,3 +121,18 @@ def test_input_validation():
         pair_gradients(torch.randn(3, 4), torch.randn(3, 4), "cosine")
     with pytest.raises(ValueError, match="gamma_query must lie in"):
         component_fim(torch.randn(3, 4), torch.randn(3, 4), 2, 0)
+
+
+@pytest.mark.slow
+def test_kappa_rule_on_minilm_runs_undamped(minilm_dir, beir_dir):
+    # all-MiniLM-L6-v2, 800 SciFact train pairs (≥ 2n = 768), 64 tokens: full-rank F, a finite interval
+    from st_magnitude.diagnostics import run_kappa
+    from st_magnitude.integrations.models import load_model
+
+    torch.set_num_threads(2)
+    model = load_model(str(minilm_dir), max_seq_length=64)
+    res, seconds, source = run_kappa(model, [beir_dir / "scifact"], n_pairs=800, n_bootstrap=10)
+    assert res.n_pairs == 800 and res.dim == 384 and res.damping == 0.0
+    assert res.rank_qnorm > 700 and res.rank_dnorm > 700
+    assert math.isfinite(res.delta) and res.ci_low <= res.ci_high
+    assert "scifact/train" in source
