@@ -51,11 +51,11 @@ DATA_ENV = "ST_MAGNITUDE_DATA_DIR"
 #: (InfoNCE, scale 20, in-batch negatives) as far as one machine allows.
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": dict(
-        steps=30,
+        steps=20,
         batch_size=16,
         max_seq_length=128,
-        max_corpus=500,
-        max_queries=80,
+        max_corpus=300,
+        max_queries=30,
         kappa_pairs=800,
         kappa_bootstrap=20,
         learning_rate=5e-5,
@@ -83,12 +83,12 @@ class CompareConfig:
     data_dir: str | None = None
     output_dir: str = "runs/compare"
     profile: str = "quick"
-    steps: int = 30
+    steps: int = 20
     batch_size: int = 16
     max_seq_length: int = 128
     learning_rate: float = 5e-5
-    max_corpus: int | None = 500
-    max_queries: int | None = 80
+    max_corpus: int | None = 300
+    max_queries: int | None = 30
     kappa_pairs: int = 800
     kappa_bootstrap: int = 20
     seed: int = 42
