@@ -371,11 +371,11 @@ class TNSimilarity(Similarity):
     Depends on both direction and length: it is 1 iff q and t have the same direction *and* the same norm
     (k = ‖t‖/‖q‖ = 1 and cos γ = 1, paper App. A), and 0 iff they point in opposite directions. Symmetric.
 
-    Numerics (digest 002 §7): computed in fp32; the matrix form uses ‖a − b‖² = ‖a‖² + ‖b‖² − 2a·b (no
-    (N, M, d) tensor), and ``eps`` sits inside every square root — ‖a − b‖ = sqrt(d² + eps) and
-    ‖a‖ = sqrt(‖a‖² + eps) — so the gradient is finite at perfect alignment (where L_TN is singular, paper
-    App. A) and at zero vectors. Because (sqrt(x+eps) + sqrt(y+eps))² ≥ (‖a‖+‖b‖)² + eps, the eps-smoothed
-    ratio still lies in [0, 1]; the result is clamped to [0, 1] only to absorb fp32 rounding. Two zero
+    Numerics (digest 002 §7): computed in fp32 (fp64 inputs stay fp64); the matrix form uses
+    ‖a − b‖² = ‖a‖² + ‖b‖² − 2a·b (no (N, M, d) tensor), and ``eps`` sits inside every square root —
+    ‖a − b‖ = sqrt(d² + eps) and ‖a‖ = sqrt(‖a‖² + eps) — so the gradient is finite at perfect alignment (where
+    L_TN is singular, paper App. A) and at zero vectors. Because (sqrt(x+eps) + sqrt(y+eps))² ≥ (‖a‖+‖b‖)² + eps,
+    the eps-smoothed ratio still lies in [0, 1]; the result is clamped to [0, 1] only to absorb rounding. Two zero
     vectors score 0.5 (the paper leaves zero vectors undefined). ``sim_TN(x, x) = 1 − sqrt(eps) / (2‖x‖)``.
 
     It is not of the form φ_γq(q)·φ_γd(t), so :meth:`transform_query` / :meth:`transform_document` raise.
@@ -398,7 +398,7 @@ class TNSimilarity(Similarity):
     def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
         """Matrix form ``[B, n] x [M, n] -> [B, M]`` (fp32), without building a ``[B, M, n]`` tensor."""
         queries, documents = _check_inputs(queries, documents, pairwise=False)
-        a, b = queries.float(), documents.float()
+        a, b = _at_least_fp32(queries), _at_least_fp32(documents)
         sq_a = (a * a).sum(-1, keepdim=True)  # [B, 1]
         sq_b = (b * b).sum(-1).unsqueeze(0)  # [1, M]
         sq_dist = (sq_a + sq_b - 2.0 * (a @ b.transpose(-1, -2))).clamp_min(0.0)  # ‖a − b‖², law of cosines (eq. 2)
@@ -407,7 +407,7 @@ class TNSimilarity(Similarity):
     def pairwise(self, queries: Tensor, documents: Tensor) -> Tensor:
         """Pairwise form ``[B, n] x [B, n] -> [B]`` (fp32); ‖a − b‖ from the difference itself."""
         queries, documents = _check_inputs(queries, documents, pairwise=True)
-        a, b = queries.float(), documents.float()
+        a, b = _at_least_fp32(queries), _at_least_fp32(documents)
         diff = a - b
         return self._from_parts((diff * diff).sum(-1), (a * a).sum(-1), (b * b).sum(-1))
 
@@ -434,6 +434,10 @@ class TNSimilarity(Similarity):
 
     def extra_repr(self) -> str:
         return f"eps={self.eps:g}"
+
+
+def _at_least_fp32(v: Tensor) -> Tensor:
+    return v if v.dtype == torch.float64 else v.float()
 
 
 _CLASSES["tn"] = TNSimilarity

@@ -1,0 +1,127 @@
+"""L2Dir with the SentenceTransformerTrainer: logging, and the NAP head saved with checkpoints and restored on resume.
+
+sentence-transformers saves only the model and restores only the model (ECOSYSTEM.md §2.6), so without
+L2DirCallback a resumed run silently restarts the NAP head from random weights.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from st_magnitude.callbacks_l2dir import NAP_HEAD_DIRNAME, L2DirCallback, load_nap_head, save_nap_head
+from st_magnitude.losses.l2dir import L2DirLoss
+from st_magnitude.modules.nap_head import NAPHead
+
+
+def _dataset(sentences):
+    from datasets import Dataset
+
+    anchors = sentences * 3
+    positives = [s.split(" ", 1)[-1] for s in anchors]
+    return Dataset.from_dict({"anchor": anchors[:16], "positive": positives[:16]})
+
+
+def _args(out, max_steps):
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    return SentenceTransformerTrainingArguments(
+        output_dir=str(out),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=2,
+        report_to="none",
+        use_cpu=True,
+        seed=7,
+        data_seed=7,
+        dataloader_num_workers=0,
+    )
+
+
+class _FirstStepProbe(TrainerCallback):
+    """Records the head's weights when the first (resumed) optimizer step begins."""
+
+    def __init__(self, loss):
+        self.loss = loss
+        self.seen: dict[str, torch.Tensor] | None = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.seen is None:
+            self.seen = {k: v.detach().clone() for k, v in self.loss.nap_head.state_dict().items()}
+
+
+def _state(head: NAPHead) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in head.state_dict().items()}
+
+
+def test_nap_head_is_saved_with_checkpoints_and_restored_on_resume(tiny_bert_dir, sentences, tmp_path):
+    from conftest import build_tiny_st
+    from sentence_transformers import SentenceTransformerTrainer
+
+    # Given a 4-step run that checkpoints every 2 steps
+    torch.manual_seed(0)
+    model = build_tiny_st(tiny_bert_dir)
+    loss = L2DirLoss(model, temperature=0.05, tn_temperature=0.05)
+    init = _state(loss.nap_head)
+    trainer = SentenceTransformerTrainer(
+        model=model,
+        args=_args(tmp_path, 4),
+        train_dataset=_dataset(sentences),
+        loss=loss,
+        callbacks=[L2DirCallback(loss)],
+    )
+    trainer.train()
+    final = _state(loss.nap_head)
+    # Then every checkpoint holds the head, and the head has been trained
+    for step in (2, 4):
+        assert (tmp_path / f"checkpoint-{step}" / NAP_HEAD_DIRNAME / "model.safetensors").is_file()
+    assert not torch.equal(init["projections.default.weight"], final["projections.default.weight"])
+    at_step_2 = _state(NAPHead.load(str(tmp_path / "checkpoint-2" / NAP_HEAD_DIRNAME)))
+    at_step_4 = _state(NAPHead.load(str(tmp_path / "checkpoint-4" / NAP_HEAD_DIRNAME)))
+    assert all(torch.equal(at_step_4[k], final[k]) for k in final)
+    # and both loss parts plus the positive-pair length ratio were logged
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert logs and all({"infonce", "infotn", "l2dir_length_ratio_mean"} <= set(h) for h in logs)
+    assert all(h["l2dir_length_ratio_mean"] > 0 for h in logs)
+
+    # When a fresh model and loss (another random head) resume from checkpoint-2
+    torch.manual_seed(123)
+    model2 = build_tiny_st(tiny_bert_dir)
+    loss2 = L2DirLoss(model2, temperature=0.05, tn_temperature=0.05)
+    assert not torch.equal(loss2.nap_head.projections["default"].weight, at_step_2["projections.default.weight"])
+    probe = _FirstStepProbe(loss2)
+    trainer2 = SentenceTransformerTrainer(
+        model=model2,
+        args=_args(tmp_path, 4),
+        train_dataset=_dataset(sentences),
+        loss=loss2,
+        callbacks=[L2DirCallback(loss2), probe],
+    )
+    trainer2.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    # Then the first resumed step starts from exactly the checkpointed head
+    assert probe.seen is not None
+    assert all(torch.equal(probe.seen[k], at_step_2[k]) for k in at_step_2)
+    # and steps 3-4 continue the same trajectory as the uninterrupted run
+    resumed = _state(loss2.nap_head)
+    for key in final:
+        torch.testing.assert_close(resumed[key], final[key], rtol=1e-4, atol=1e-5)
+
+
+def test_save_and_load_nap_head_helpers(tiny_model, tmp_path):
+    loss = L2DirLoss(tiny_model)
+    folder = save_nap_head(loss, tmp_path / "head")
+    other = L2DirLoss(tiny_model)
+    load_nap_head(other, folder)
+    assert all(
+        torch.equal(a, b) for a, b in zip(loss.nap_head.state_dict().values(), other.nap_head.state_dict().values())
+    )
+    with pytest.raises(FileNotFoundError, match="no saved NAP head"):
+        load_nap_head(other, tmp_path / "missing")
+    with pytest.raises(ValueError, match="same head shape"):
+        load_nap_head(L2DirLoss(tiny_model, nap_hidden_features=4), folder)
+    with pytest.raises(ValueError, match="without a NAP head"):
+        L2DirCallback(torch.nn.Linear(2, 2))
