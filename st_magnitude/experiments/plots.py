@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -43,11 +44,13 @@ def plot_norms(norms: dict[str, dict[str, dict[str, list[float]]]], out_dir: Pat
         fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3), squeeze=False)
         for ax, run in zip(axes[0], runs):
             n = norms[run][ds]
-            ax.hist(n["other"], bins=30, alpha=0.6, density=True, label="other")
-            ax.hist(n["relevant"], bins=30, alpha=0.6, density=True, label="relevant")
+            bins = np.histogram_bin_edges(n["other"] + n["relevant"], bins=30)  # shared edges: comparable bars
+            for key in ("other", "relevant"):
+                if n[key]:  # a NanoBEIR-style subsample can hold only judged documents
+                    ax.hist(n[key], bins=bins, alpha=0.6, density=True, label=f"{key} ({len(n[key])})")
             ax.set_title(run, fontsize=9)
             ax.set_xlabel("raw ‖d‖")
-        axes[0][0].legend(fontsize=7)
+            ax.legend(fontsize=7)
         fig.suptitle(f"{ds}: raw document norms (before the role rescaling)", fontsize=10)
         fig.tight_layout()
         path = out_dir / f"norms_{ds}.png"
