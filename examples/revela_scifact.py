@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lm-lr", type=float, default=None, help="LM learning rate (default: --lr)")
     parser.add_argument("--no-v-norm", action="store_true")
     parser.add_argument("--freeze-lm", action="store_true")
+    parser.add_argument("--checkpoint-in-batch", action="store_true", help="recompute the in-batch term in backward")
     parser.add_argument("--distractors", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
@@ -141,7 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     lm_tokenizer = AutoTokenizer.from_pretrained(str(args.lm))
     lm = AutoModelForCausalLM.from_pretrained(str(args.lm), dtype=torch.float32)
-    loss = RevelaLoss(model, lm, temperature=args.temperature, v_norm=not args.no_v_norm, train_lm=not args.freeze_lm)
+    loss = RevelaLoss(
+        model,
+        lm,
+        temperature=args.temperature,
+        v_norm=not args.no_v_norm,
+        train_lm=not args.freeze_lm,
+        checkpoint_in_batch=args.checkpoint_in_batch,
+    )
     step_times: list[float] = []
     sims: list[float] = []
 
@@ -197,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "lm_lr": args.lm_lr,
         "v_norm": not args.no_v_norm,
         "train_lm": not args.freeze_lm,
+        "checkpoint_in_batch": args.checkpoint_in_batch,
         "eval_docs": len(sub),
         "eval_queries": len(queries),
         "train_seconds": train_s,

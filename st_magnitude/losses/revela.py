@@ -52,6 +52,7 @@ class RevelaLoss(nn.Module):
         train_lm: bool = True,
         in_batch: bool = True,
         cache_grad: bool = True,
+        checkpoint_in_batch: bool = False,
     ) -> None:
         """Revela (Cai et al., 2025): train a retriever through a causal LM whose next-token prediction for each
         chunk also attends to the other chunks of its in-batch set, weighted by the retriever's similarities.
@@ -83,6 +84,8 @@ class RevelaLoss(nn.Module):
             cache_grad: if True (official code) the gradient also flows through pass 1's keys/values into the LM;
                 False runs pass 1 without gradient (our speed option: saves pass 1's backward; the retriever's
                 gradient is unchanged in form, the LM then learns only through pass 2).
+            checkpoint_in_batch: recompute the in-batch attention in backward (``torch.utils.checkpoint``) instead
+                of storing its intermediates for all B·(B-1) chunk pairs and layers: same gradients, less memory.
 
         References:
             - Revela: Dense Retriever Learning via Language Modeling, Cai et al., 2025: https://arxiv.org/abs/2506.16552
@@ -162,6 +165,7 @@ class RevelaLoss(nn.Module):
         self.train_lm = bool(train_lm)
         self.in_batch = bool(in_batch)
         self.cache_grad = bool(cache_grad)
+        self.checkpoint_in_batch = bool(checkpoint_in_batch)
         self.similarity = get_similarity("cosine")  # paper §3.3: S_ij = cos(h_i, h_j)
         enable_revela_attention(lm)
         if not self.train_lm:
@@ -275,6 +279,7 @@ class RevelaLoss(nn.Module):
             "train_lm": self.train_lm,
             "in_batch": self.in_batch,
             "cache_grad": self.cache_grad,
+            "checkpoint_in_batch": self.checkpoint_in_batch,
             "lm": getattr(lm_config, "_name_or_path", None) or getattr(lm_config, "model_type", None),
         }
 

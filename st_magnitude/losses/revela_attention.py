@@ -73,6 +73,8 @@ class RevelaAttentionState:
         kv: layer index → ``(key, value)`` of pass 1, ``[B, H_kv, L, d]`` each (filled in ``"record"`` mode).
         capture: if not None, ``"in_batch"`` mode stores per layer the full ``b̃`` tensor ``[B, B, H, L, d]``
             (diagonal pairs zero) under ``capture[layer_idx]`` — for tests and diagnostics only (memory heavy).
+        checkpoint: recompute the in-batch term in backward instead of keeping its B·(B-1)-pair intermediates
+            (``torch.utils.checkpoint``): less memory, one more in-batch forward per layer.
     """
 
     mode: str = "record"
@@ -82,6 +84,7 @@ class RevelaAttentionState:
     eps: float = 1e-6
     kv: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)
     capture: dict[int, Tensor] | None = None
+    checkpoint: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("record", "in_batch", "off"):

@@ -177,3 +177,28 @@ def test_collator_adds_lm_tokens_as_third_feature(tiny_model, tiny_bert_dir):
         RevelaDataCollator(preprocess_fn=tiny_model.preprocess)
     with pytest.raises(ValueError, match="'passage'"):
         collator([{"query": "a", "text": "b"}])
+
+
+@pytest.mark.slow
+def test_bm25_groups_on_scifact_are_topical(minilm_dir, beir_dir):
+    """Real data: chunks grouped by BM25 are closer to each other (MiniLM cosine) than chunks of random groups."""
+    import json
+
+    from sentence_transformers import SentenceTransformer
+
+    corpus = {}
+    with open(beir_dir / "scifact" / "corpus.jsonl", encoding="utf-8") as fh:
+        for line, _ in zip(fh, range(150), strict=False):
+            doc = json.loads(line)
+            corpus[doc["_id"]] = {"title": doc["title"], "text": doc["text"]}
+    ds = build_revela_dataset(corpus, group_size=8, grouping="bm25", max_groups=6, seed=0)
+    assert all(len(p.split()) <= 120 for p in ds["passage"])
+    model = SentenceTransformer(str(minilm_dir), device="cpu")
+    emb = model.encode(ds["passage"], convert_to_tensor=True, normalize_embeddings=True)
+    labels = torch.tensor(ds["label"])
+    sims = emb @ emb.T
+    same = (labels[:, None] == labels[None, :]) & ~torch.eye(len(labels), dtype=torch.bool)
+    within = sims[same].mean()
+    shuffled = labels[torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))]
+    same_random = (shuffled[:, None] == shuffled[None, :]) & ~torch.eye(len(labels), dtype=torch.bool)
+    assert within > sims[same_random].mean() + 0.1, (float(within), float(sims[same_random].mean()))

@@ -443,3 +443,19 @@ def test_lora_lm_via_peft_trains_and_checkpoints_adapters(tiny_model, sentences,
     for name, p in other.named_parameters():
         if "lora_" in name:
             assert torch.equal(p, trainable[name]), name
+
+
+def test_checkpointed_in_batch_term_gives_the_same_gradients(tiny_model):
+    ids, mask = lm_batch()
+    results = []
+    for flag in (False, True):
+        lm = build_tiny_llama()
+        loss = RevelaLoss(tiny_model, lm, temperature=0.05, checkpoint_in_batch=flag)
+        q = torch.randn(4, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        value = loss.compute_loss_from_embeddings(q, q.detach() * 0.5 + 0.2, ids, mask)
+        value.backward()
+        results.append((value.detach(), q.grad.clone(), {n: p.grad.clone() for n, p in lm.named_parameters()}))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    torch.testing.assert_close(results[0][1], results[1][1])
+    for name, grad in results[0][2].items():
+        torch.testing.assert_close(grad, results[1][2][name], atol=1e-6, rtol=1e-5)
