@@ -122,7 +122,9 @@ def set_roles(sentence_features: Iterable[dict[str, Any]]) -> list[dict[str, Any
     """Give column 0 the query role and the others the document role, unless a role (``task``) is already set."""
     features = list(sentence_features)
     for idx, feats in enumerate(features):
-        feats.setdefault("task", QUERY_ROLE if idx == 0 else DOCUMENT_ROLE)
+        # a Router model's preprocess() stores "task": None, so a plain setdefault would not fill it
+        if feats.get("task") is None:
+            feats["task"] = QUERY_ROLE if idx == 0 else DOCUMENT_ROLE
     return features
 
 
