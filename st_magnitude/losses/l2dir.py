@@ -343,6 +343,10 @@ class L2DirLoss(_StatsMixin, nn.Module):
             - λ halves the InfoNCE gradient compared with plain MNRL at the same learning rate (the paper keeps the
               baseline learning rate).
             - Use ``BatchSamplers.NO_DUPLICATES`` as with any in-batch-negatives loss.
+            - The NAP head is random at the start; give it its own learning rate with
+              ``SentenceTransformerTrainingArguments(learning_rate_mapping={r"nap_head\\.": 1e-3})`` (the paper does
+              not state the NAP's learning rate; at 2e-5 AdamW moves each weight by ≤ ~2e-5 per step, small against
+              the initial scale 1/sqrt(d)).
 
         Relations:
             - With λ = 1 it equals ``MultipleNegativesRankingLoss(model, scale=1/temperature)``.
