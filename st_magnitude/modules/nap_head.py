@@ -289,7 +289,8 @@ class NAPInputTap:
         if len(backbones) != 1:
             return None
         backbone = next(iter(backbones.values()))
-        return getattr(backbone, "model", None) or getattr(backbone, "auto_model", None)
+        hf = getattr(backbone, "model", None)
+        return hf if hf is not None else getattr(backbone, "auto_model", None)
 
     def _resolve_final_norm(self, final_norm: str | dict[str, str] | None) -> dict[str, str]:
         hf = self.hf_model
