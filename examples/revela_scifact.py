@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distractors", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--before-from", type=Path, default=None, help="reuse 'before' from a result.json of the same retriever/eval"
+    )
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: none)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -134,7 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     t0 = time.time()
-    before = evaluate(model, sub, queries, qrels)
+    if args.before_from is not None:
+        previous = json.loads(args.before_from.read_text())
+        if previous.get("eval_docs") != len(sub) or previous.get("eval_queries") != len(queries):
+            raise ValueError(f"{args.before_from} was evaluated on a different subsample; drop --before-from")
+        before = previous["before"]
+    else:
+        before = evaluate(model, sub, queries, qrels)
     logger.info("before: %s (%.0fs)", before, time.time() - t0)
 
     train = build_revela_dataset(
