@@ -1,0 +1,50 @@
+"""Embedding-dimension scaling (paper 003): law fits, cost-aware choice of (N, D), plots, BM25 teacher.
+
+Public API::
+
+    from st_magnitude.scaling import fit_dimension_law, fit_joint_law, optimal_allocation
+"""
+
+from __future__ import annotations
+
+from st_magnitude.scaling.cost import (
+    SCORING_MODES,
+    Allocation,
+    allocate,
+    budget_curve,
+    encoding_flops,
+    index_bytes,
+    optimal_allocation,
+    scoring_flops,
+)
+from st_magnitude.scaling.fit import (
+    PAPER_DIMENSION_LAWS,
+    PAPER_JOINT_LAWS,
+    DimensionLawFit,
+    JointLawFit,
+    dimension_law,
+    fit_dimension_law,
+    fit_joint_law,
+    joint_law,
+    r_squared,
+)
+
+__all__ = [
+    "PAPER_DIMENSION_LAWS",
+    "PAPER_JOINT_LAWS",
+    "SCORING_MODES",
+    "Allocation",
+    "DimensionLawFit",
+    "JointLawFit",
+    "allocate",
+    "budget_curve",
+    "dimension_law",
+    "encoding_flops",
+    "fit_dimension_law",
+    "fit_joint_law",
+    "index_bytes",
+    "joint_law",
+    "optimal_allocation",
+    "r_squared",
+    "scoring_flops",
+]
