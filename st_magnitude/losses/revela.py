@@ -202,7 +202,13 @@ class RevelaLoss(nn.Module):
             return self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         if bool((attention_mask.sum(dim=1) == 0).any()):
             raise ValueError("every chunk must have at least one non-padding LM token")
-        state = RevelaAttentionState(mode="record", key_mask=attention_mask.bool(), v_norm=self.v_norm, eps=self.eps)
+        state = RevelaAttentionState(
+            mode="record",
+            key_mask=attention_mask.bool(),
+            v_norm=self.v_norm,
+            eps=self.eps,
+            checkpoint=self.checkpoint_in_batch,
+        )
         record_grad = self.train_lm and self.cache_grad and torch.is_grad_enabled()
         grad_ctx = torch.enable_grad() if record_grad else torch.no_grad()
         with grad_ctx:

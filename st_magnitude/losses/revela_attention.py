@@ -198,17 +198,33 @@ def revela_attention_forward(
         raise ValueError("RevelaAttentionState.sim must be set in 'in_batch' mode")
     k_e, v_e = state.kv[layer_idx]
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    term = in_batch_term(
-        query,
-        k_e,
-        v_e,
-        state.sim,
-        state.key_mask,
-        scale,
-        state.v_norm,
-        state.eps,
-        return_pairs=state.capture is not None,
-    )
+    if state.checkpoint and state.capture is None and torch.is_grad_enabled():
+        from torch.utils.checkpoint import checkpoint
+
+        term = checkpoint(
+            in_batch_term,
+            query,
+            k_e,
+            v_e,
+            state.sim,
+            state.key_mask,
+            scale,
+            state.v_norm,
+            state.eps,
+            use_reentrant=False,
+        )
+    else:
+        term = in_batch_term(
+            query,
+            k_e,
+            v_e,
+            state.sim,
+            state.key_mask,
+            scale,
+            state.v_norm,
+            state.eps,
+            return_pairs=state.capture is not None,
+        )
     if state.capture is not None:
         term, pairs = term
         state.capture[layer_idx] = pairs.detach()

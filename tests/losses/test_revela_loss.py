@@ -445,16 +445,30 @@ def test_lora_lm_via_peft_trains_and_checkpoints_adapters(tiny_model, sentences,
             assert torch.equal(p, trainable[name]), name
 
 
-def test_checkpointed_in_batch_term_gives_the_same_gradients(tiny_model):
+def test_checkpointed_in_batch_term_gives_the_same_gradients(tiny_model, monkeypatch):
+    from st_magnitude.losses import revela_attention
+
+    calls = []
+    original = revela_attention.in_batch_term
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(revela_attention, "in_batch_term", counting)
     ids, mask = lm_batch()
     results = []
+    n_calls = []
     for flag in (False, True):
+        calls.clear()
         lm = build_tiny_llama()
         loss = RevelaLoss(tiny_model, lm, temperature=0.05, checkpoint_in_batch=flag)
         q = torch.randn(4, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
         value = loss.compute_loss_from_embeddings(q, q.detach() * 0.5 + 0.2, ids, mask)
         value.backward()
         results.append((value.detach(), q.grad.clone(), {n: p.grad.clone() for n, p in lm.named_parameters()}))
+        n_calls.append(len(calls))
+    assert n_calls == [2, 4]  # 2 layers; checkpointing recomputes each layer's term once in backward
     torch.testing.assert_close(results[0][0], results[1][0])
     torch.testing.assert_close(results[0][1], results[1][1])
     for name, grad in results[0][2].items():
