@@ -408,6 +408,11 @@ def mteb_cli(
             elif os.sep in a:
                 raise FileNotFoundError(f"BEIR dataset folder {a!r} does not exist.")
             else:
+                try:
+                    mteb.get_task(a)
+                except KeyError as exc:
+                    msg = exc.args[0] if exc.args else str(exc)
+                    raise ValueError(f"{msg} ({a!r} is neither an mteb task name nor a local BEIR folder)") from exc
                 builtin.append(a)
         out.append(a)
         i += 1

@@ -142,3 +142,13 @@ def test_minilm_scifact_subsample_three_paths(minilm_dir, beir_dir, similarity):
     assert ours["ndcg@10"] == pytest.approx(beir["ndcg@10"], abs=1e-4)
     assert ours["ndcg@10"] == pytest.approx(mt["ndcg_at_10"], abs=1e-4)
     assert ours["ndcg@10"] > 0.5  # a trained model, far above the random-model level
+
+
+def test_mteb_cli_unknown_task_name(tiny_model, tmp_path, capsys):
+    from st_magnitude.cli import main
+
+    path = tmp_path / "model"
+    tiny_model.save(str(path))
+    rc = main(["mteb", "run", "-m", str(path), "-t", "SciFactt", "--output-folder", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "neither an mteb task name nor a local BEIR folder" in err
