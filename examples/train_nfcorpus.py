@@ -15,7 +15,9 @@ Evaluation, per model, with the model's own similarity (``encode_query`` / ``enc
 - ``auc_pooled``: paper 001's AUC — per query all positives + the top-500 non-positives, pooled over queries,
   ``sklearn.metrics.roc_auc_score``.
 
-``--scifact-docs N`` subsamples the SciFact corpus to the test positives plus N seeded distractors (0 = full).
+``--scifact-docs N`` subsamples the SciFact corpus to the test positives plus N seeded distractors (0 = full);
+``--nfcorpus-docs`` likewise, and ``--nfcorpus-queries`` / ``--scifact-queries`` take a seeded subset of the test
+queries (their positives stay in the corpus), for a shared CPU.
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ def load_beir(folder: Path, split: str) -> tuple[dict[str, str], dict[str, str],
             qid, did, score = row[0].strip(), row[1].strip(), int(row[2].strip())
             qrels.setdefault(qid, {})[did] = score
     return corpus, queries, qrels
+
+
+def subsample_queries(qrels: dict, n_queries: int, seed: int) -> dict:
+    if n_queries <= 0 or n_queries >= len(qrels):
+        return qrels
+    keep = random.Random(seed).sample(sorted(qrels), n_queries)
+    return {q: qrels[q] for q in sorted(keep)}
 
 
 def subsample_corpus(corpus: dict, qrels: dict, n_distractors: int, seed: int) -> dict:
@@ -248,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-batch-size", type=int, default=64)
     p.add_argument("--scifact-docs", type=int, default=1000, help="SciFact distractors (0 = full corpus)")
     p.add_argument("--nfcorpus-docs", type=int, default=0, help="NFCorpus distractors (0 = full corpus)")
+    p.add_argument("--nfcorpus-queries", type=int, default=0, help="seeded subset of NFCorpus test queries (0 = all)")
+    p.add_argument("--scifact-queries", type=int, default=0, help="seeded subset of SciFact test queries (0 = all)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "beir"))
     p.add_argument("--model-dir", default=None)
@@ -275,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
 
     anchors, positives = train_pairs(data / "nfcorpus", args.seed)
     nf_corpus, nf_queries, nf_qrels = load_beir(data / "nfcorpus", "test")
+    nf_qrels = subsample_queries(nf_qrels, args.nfcorpus_queries, args.seed)
     nf_corpus = subsample_corpus(nf_corpus, nf_qrels, args.nfcorpus_docs, args.seed)
     sf_corpus, sf_queries, sf_qrels = load_beir(data / "scifact", "test")
+    sf_qrels = subsample_queries(sf_qrels, args.scifact_queries, args.seed)
     sf_corpus = subsample_corpus(sf_corpus, sf_qrels, args.scifact_docs, args.seed)
     logger.info(
         "train pairs %d | nfcorpus test docs %d | scifact test docs %d", len(anchors), len(nf_corpus), len(sf_corpus)

@@ -41,6 +41,8 @@ __all__ = ["MWLoss", "CachedMWLoss", "pairwise_softplus_sum", "MW_CITATION", "MW
 
 MW_REDUCTIONS = ("paper", "mean")
 DEFAULT_CHUNK_SIZE = 2**20
+#: smallest automatic pair chunk: below this the Python loop overhead dominates
+MIN_AUTO_CHUNK = 2**14
 
 MW_CITATION = """
 @misc{sheikholeslami2025optimizingwhatmatters,
@@ -105,13 +107,21 @@ def mw_negatives(similarity: Similarity, query_rows: Tensor, docs_all: Tensor, p
     return scores[keep]
 
 
-def _check_mw_args(temperature: float, reduction: str, chunk_size: int) -> None:
+def _auto_chunk(chunk_size: int | None, score_elements: int) -> int:
+    """``chunk_size=None``: as many pairs per chunk as the score-matrix block the loss holds anyway (rows × M), so
+    the pair stage never needs more memory than the score stage (at least ``MIN_AUTO_CHUNK``)."""
+    return chunk_size if chunk_size is not None else max(MIN_AUTO_CHUNK, score_elements)
+
+
+def _check_mw_args(temperature: float, reduction: str, chunk_size: int | None) -> None:
     if not (isinstance(temperature, (int, float)) and temperature > 0):
         raise ValueError(f"temperature must be a positive number, got {temperature!r}")
     if reduction not in MW_REDUCTIONS:
         raise ValueError(f"reduction must be one of {list(MW_REDUCTIONS)}, got {reduction!r}")
-    if not (isinstance(chunk_size, int) and chunk_size > 0):
-        raise ValueError(f"chunk_size must be a positive int (pairs per chunk), got {chunk_size!r}")
+    if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size > 0):
+        raise ValueError(
+            f"chunk_size must be None (automatic) or a positive int (pairs per chunk), got {chunk_size!r}"
+        )
 
 
 def _normaliser(reduction: str, world_batch: int, n_docs: int, world: int) -> float:
@@ -130,7 +140,7 @@ class MWLoss(nn.Module):
         similarity: str | Similarity | None = "cosine",
         temperature: float = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_size: int | None = None,
         gather_across_devices: bool = False,
     ) -> None:
         """The Mann–Whitney (MW) loss of paper 001 (eq. 3): a pairwise logistic surrogate of the *pooled* AUC.
@@ -152,8 +162,9 @@ class MWLoss(nn.Module):
             temperature: τ (paper 001 §5.1: 0.01, i.e. a scale of 100 on cosine scores). Scores are divided by τ.
             reduction: ``"paper"``: Σ over pairs / B, as eq. 3 is written (large: ≈ |S⁻|·log 2 at start);
                 ``"mean"``: mean over the B·|S⁻| pairs (the expectation of Lemma 2).
-            chunk_size: (positive, negative) pairs evaluated at once; memory ≈ 12 bytes × chunk_size. Does not
-                change the result.
+            chunk_size: (positive, negative) pairs evaluated at once (memory ≈ 8 bytes × chunk_size); ``None``
+                (default) uses the size of the B × B(1+H) score matrix, so the pair stage needs no more memory than
+                the scores. Does not change the result.
             gather_across_devices: gather embeddings from all processes (with gradients); each process then
                 compares every positive with its own anchors' negatives, and the mean over processes is the loss of
                 the full global batch.
@@ -231,7 +242,8 @@ class MWLoss(nn.Module):
         local = torch.arange(offset, offset + batch_size, device=queries.device)
         positives = self.similarity_fct.pairwise(queries, docs[0])  # all B_world positives s_i⁺
         negatives = mw_negatives(self.similarity_fct, queries[local], docs_all, local)
-        pair_sum = pairwise_softplus_sum(positives, negatives, self.temperature, self.chunk_size)
+        chunk = _auto_chunk(self.chunk_size, batch_size * docs_all.size(0))
+        pair_sum = pairwise_softplus_sum(positives, negatives, self.temperature, chunk)
         return pair_sum * _normaliser(self.reduction, queries.size(0), docs_all.size(0), world)
 
     @property
@@ -243,7 +255,7 @@ class MWLoss(nn.Module):
             **similarity_config(self.similarity_name, self.similarity_fct, self.carried),
             "temperature": self.temperature,
             "reduction": self.reduction,
-            "chunk_size": self.chunk_size,
+            "chunk_size": "auto" if self.chunk_size is None else self.chunk_size,
             "gather_across_devices": self.gather_across_devices,
         }
 
@@ -260,7 +272,7 @@ class CachedMWLoss(CachedLossMixin, nn.Module):
         temperature: float = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         mini_batch_size: int = 32,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_size: int | None = None,
         mini_batch_num_tokens: int | None = None,
         gather_across_devices: bool = False,
         show_progress_bar: bool = False,
@@ -279,7 +291,8 @@ class CachedMWLoss(CachedLossMixin, nn.Module):
             temperature: τ (paper 001: 0.01).
             reduction: ``"paper"`` (Σ/B, eq. 3) or ``"mean"`` (mean over pairs).
             mini_batch_size: rows per forward pass and per score-matrix chunk.
-            chunk_size: (positive, negative) pairs evaluated at once.
+            chunk_size: (positive, negative) pairs evaluated at once; ``None`` (default) uses the size of one
+                ``mini_batch_size`` × B(1+H) block of scores, so memory stays that of the cached InfoNCE.
             mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
             gather_across_devices: as in :class:`MWLoss`.
             show_progress_bar: show the mini-batch progress.
@@ -356,6 +369,7 @@ class CachedMWLoss(CachedLossMixin, nn.Module):
         factor = _normaliser(self.reduction, queries.size(0), docs_all.size(0), world)
 
         positives = at_least_fp32(self.similarity_fct.pairwise(queries, docs[0]))
+        pair_chunk = _auto_chunk(self.chunk_size, self.mini_batch_size * docs_all.size(0))
         pos_input = positives.detach().requires_grad_() if with_backward else positives
         total: Tensor | float = 0.0
         for begin in tqdm.trange(
@@ -364,7 +378,7 @@ class CachedMWLoss(CachedLossMixin, nn.Module):
             end = min(begin + self.mini_batch_size, batch_size)
             local = torch.arange(offset + begin, offset + end, device=queries.device)
             negatives = mw_negatives(self.similarity_fct, queries[local], docs_all, local)
-            chunk = pairwise_softplus_sum(pos_input, negatives, self.temperature, self.chunk_size) * factor
+            chunk = pairwise_softplus_sum(pos_input, negatives, self.temperature, pair_chunk) * factor
             if with_backward:
                 chunk.backward()
                 chunk = chunk.detach()
@@ -383,7 +397,7 @@ class CachedMWLoss(CachedLossMixin, nn.Module):
             "temperature": self.temperature,
             "reduction": self.reduction,
             "mini_batch_size": self.mini_batch_size,
-            "chunk_size": self.chunk_size,
+            "chunk_size": "auto" if self.chunk_size is None else self.chunk_size,
             "mini_batch_num_tokens": self.mini_batch_num_tokens,
             "gather_across_devices": self.gather_across_devices,
         }
