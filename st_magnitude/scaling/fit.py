@@ -179,6 +179,17 @@ def _dim_fn(D: np.ndarray, A: float, alpha: float, delta: float) -> np.ndarray:
 def _fit_dimension_once(
     D: np.ndarray, y: np.ndarray, grid: np.ndarray, p0: Any, allow_negative_delta: bool
 ) -> tuple[np.ndarray, float]:
+    # Work in units of max|y| so curve_fit's tolerances do not depend on the loss's scale; A and δ scale back.
+    unit = float(np.max(np.abs(y))) or 1.0
+    if p0 is not None:
+        p0 = [p0[0] / unit, p0[1], p0[2] / unit]
+    params, sse = _fit_dimension_scaled(D, y / unit, grid, p0, allow_negative_delta)
+    return np.array([params[0] * unit, params[1], params[2] * unit]), sse * unit**2
+
+
+def _fit_dimension_scaled(
+    D: np.ndarray, y: np.ndarray, grid: np.ndarray, p0: Any, allow_negative_delta: bool
+) -> tuple[np.ndarray, float]:
     if allow_negative_delta:
         best = (math.inf, 1.0, 0.0, 0.0)
         for alpha in grid:
@@ -269,6 +280,16 @@ def _joint_fn(x: tuple[np.ndarray, np.ndarray], A: float, B: float, alpha: float
 
 
 def _fit_joint_once(
+    D: np.ndarray, N: np.ndarray, y: np.ndarray, a_grid: np.ndarray, b_grid: np.ndarray, p0: Any
+) -> tuple[np.ndarray, float]:
+    unit = float(np.max(np.abs(y))) or 1.0  # scale-free tolerances, as in _fit_dimension_once
+    if p0 is not None:
+        p0 = [p0[0] / unit, p0[1] / unit, p0[2], p0[3], p0[4] / unit]
+    params, sse = _fit_joint_scaled(D, N, y / unit, a_grid, b_grid, p0)
+    return np.array([params[0] * unit, params[1] * unit, params[2], params[3], params[4] * unit]), sse * unit**2
+
+
+def _fit_joint_scaled(
     D: np.ndarray, N: np.ndarray, y: np.ndarray, a_grid: np.ndarray, b_grid: np.ndarray, p0: Any
 ) -> tuple[np.ndarray, float]:
     best = (math.inf, 1.0, 1.0, 0.0, 0.0, 0.0)

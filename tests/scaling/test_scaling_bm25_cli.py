@@ -1,0 +1,97 @@
+"""BM25 teacher against a brute-force formula; the `st-magnitude scaling` CLI end to end on a small CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from st_magnitude.scaling.bm25 import BM25Scorer, tokenize
+from st_magnitude.scaling.fit import dimension_law
+
+CORPUS = {
+    "d1": "Vitamin D and heart risk in a trial",
+    "d2": "coffee, tea and sleep: a study of sleep",
+    "d3": "fish fat acid and brain memory",
+    "d4": "high blood sugar level in patients with diet",
+}
+
+
+def _bm25_reference(query, doc, corpus, k1=0.9, b=0.4):
+    docs = {d: tokenize(t) for d, t in corpus.items()}
+    avgdl = sum(len(t) for t in docs.values()) / len(docs)
+    tf = Counter(tokenize(doc))
+    total = 0.0
+    for term in tokenize(query):
+        df = sum(term in t for t in docs.values())
+        if df == 0 or tf[term] == 0:
+            continue
+        idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+        total += idf * tf[term] * (k1 + 1) / (tf[term] + k1 * (1 - b + b * len(tokenize(doc)) / avgdl))
+    return total
+
+
+@pytest.mark.parametrize("query", ["sleep and coffee", "heart trial trial", "nothing matches"])
+def test_bm25_matches_reference(query):
+    bm25 = BM25Scorer(CORPUS)
+    texts = list(CORPUS.values())
+    scores = bm25([query] * len(texts), texts)
+    expected = [_bm25_reference(query, t, CORPUS) for t in texts]
+    np.testing.assert_allclose(scores, expected, rtol=1e-12)
+    np.testing.assert_allclose(bm25.scores(query), expected, rtol=1e-12)
+    unseen = "sleep sleep sleep coffee"
+    assert bm25.score_text(query, unseen) == pytest.approx(_bm25_reference(query, unseen, CORPUS))
+
+
+def test_bm25_top_k_and_errors():
+    bm25 = BM25Scorer(CORPUS)
+    assert [d for d, _ in bm25.top_k("sleep coffee", 2)][0] == "d2"
+    assert "d2" not in [d for d, _ in bm25.top_k("sleep coffee", 3, exclude={"d2"})]
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        BM25Scorer(CORPUS, b=2)
+    with pytest.raises(ValueError, match="empty"):
+        BM25Scorer({})
+
+
+def _write_csv(path, rows):
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_cli_fit_and_choose(tmp_path, capsys):
+    from st_magnitude.cli import main
+
+    dims = [24, 48, 96, 192, 384, 768, 1536]
+    rows = []
+    for recipe, (A, alpha, delta) in {"bert": (16.0, 0.5, 1.2), "ettin": (5.0, 0.7, 4.6)}.items():
+        for d in dims:
+            rows.append({"recipe": recipe, "dataset": "toy", "dim": d, "n_params_m": 22.7,
+                         "contrastive_entropy": float(dimension_law(d, A, alpha, delta))})  # fmt: skip
+    _write_csv(tmp_path / "sweep.csv", rows)
+    plot, out = tmp_path / "law.png", tmp_path / "law.json"
+    code = main(["scaling", "fit", str(tmp_path / "sweep.csv"), "--plot", str(plot), "--json", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "bert/toy: L(D) = 16 / D^0.5 + 1.2" in printed and "R²=1.0000" in printed
+    fits = json.loads(out.read_text())
+    assert fits["ettin/toy"]["alpha"] == pytest.approx(0.7, rel=1e-3)
+    assert plot.is_file() and plot.stat().st_size > 1000
+    assert main(["scaling", "choose", "--law", "BERT/TREC", "--budget", "1e10", "--docs", "1e6"]) == 0
+    assert "0.7411" in capsys.readouterr().out  # digest §8 worked optimum γ̂
+
+
+def test_cli_errors(tmp_path, capsys):
+    from st_magnitude.cli import main
+
+    _write_csv(tmp_path / "s.csv", [{"dim": 32, "loss": 1.0}])
+    assert main(["scaling", "fit", str(tmp_path / "s.csv")]) == 2
+    assert "available columns: dim, loss" in capsys.readouterr().err
+    assert main(["scaling", "fit", str(tmp_path / "missing.csv")]) == 2
+    assert main(["scaling", "choose", "--law", "GPT/X", "--budget", "1e9"]) == 2
+    assert "BERT/MS, BERT/TREC" in capsys.readouterr().err
