@@ -37,6 +37,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--cache-dir", default=os.path.join(here, "..", "runs", "bench_cache"))
+    p.add_argument(
+        "--raw-embeddings",
+        default=None,
+        help="raw embeddings saved by eval_agreement.py --save-raw; scored as --similarity serves them",
+    )
+    p.add_argument("--similarity", default="cosine", help="with --raw-embeddings: the served similarity")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
 
@@ -59,7 +65,16 @@ def main(argv=None) -> int:
     qtexts, dtexts = [data.queries[i] for i in qids], [doc_text(data.corpus[i]) for i in cids]
     key = hashlib.sha256(f"{model_path}|{args.max_seq_length}|{args.data}|{len(cids)}".encode()).hexdigest()[:12]
     cache = os.path.join(args.cache_dir, f"emb_{key}.pt")
-    if os.path.isfile(cache):
+    if args.raw_embeddings:
+        from st_magnitude.similarity import get_similarity
+
+        saved = torch.load(args.raw_embeddings)
+        if saved["query_ids"] != qids or saved["corpus_ids"] != cids:
+            raise ValueError("--raw-embeddings were computed for other ids/order than --data")
+        sim = get_similarity(args.similarity)
+        q, d = sim.transform_query(saved["q"]), sim.transform_document(saved["d"])
+        print(f"embeddings: {args.raw_embeddings} served as {sim.name}")
+    elif os.path.isfile(cache):
         q, d = torch.load(cache)
         print(f"embeddings: cached {cache}")
     else:

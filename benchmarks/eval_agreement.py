@@ -63,6 +63,7 @@ def main(argv=None) -> int:
         help="encode the raw (Normalize-stripped) model once and prefill each model's cache with φ_γq(q), φ_γd(d) "
         "(exact for the corners; halves the CPU cost of the full run). The paths still call the models.",
     )
+    p.add_argument("--save-raw", default=None, help="with --derive-from-raw: save the raw embeddings (torch file)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
@@ -93,6 +94,12 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         raw_q, raw_d = encode_roles(raw, qtexts, dtexts, batch_size=32)
         print(f"raw encoding once: {time.perf_counter() - t0:.0f}s", flush=True)
+        if args.save_raw:
+            os.makedirs(os.path.dirname(os.path.abspath(args.save_raw)), exist_ok=True)
+            torch.save(
+                {"query_ids": list(data.queries), "corpus_ids": list(data.corpus), "q": raw_q, "d": raw_d},
+                args.save_raw,
+            )
     for sim in args.similarities:
         model = SentenceTransformer(path, device="cpu")
         if sim != "cosine":
