@@ -207,3 +207,25 @@ def test_trainer_logs_both_terms(tiny_model_raw, tmp_path):
     trainer.train()
     keys = {k for entry in trainer.state.log_history for k in entry}
     assert {"margin_mse", "contrastive"} <= keys
+
+
+def test_magnitude_matryoshka_slices_without_normalising(tiny_model_raw):
+    from st_magnitude.losses.margin_contrastive import MagnitudeMatryoshkaLoss
+
+    embs = [e * 3 for e in _embeddings(m=8)]
+    teacher = torch.randn(4, 4, generator=torch.Generator().manual_seed(2))
+    inner = BertRecipeLoss(tiny_model_raw)
+    mat = MagnitudeMatryoshkaLoss(tiny_model_raw, inner, [8, 4, 2], [1.0, 0.5, 0.25])
+    out = mat.compute_loss_from_embeddings(embs, teacher)
+    for dim, w in ((8, 1.0), (4, 0.5), (2, 0.25)):
+        mse, ce = _bert_reference([e[:, :dim] for e in embs], teacher.tolist())  # plain slices, norms kept
+        assert float(out[f"margin_mse_{dim}"]) == pytest.approx(w * mse, rel=1e-5)
+        assert float(out[f"contrastive_{dim}"]) == pytest.approx(w * ce, rel=1e-5)
+    # ST's MatryoshkaLoss would feed unit vectors to the inner loss: a different number
+    st_value = inner.compute_loss_from_embeddings([torch.nn.functional.normalize(e[:, :4], dim=-1) for e in embs],
+                                                  teacher)["contrastive"]  # fmt: skip
+    assert not torch.allclose(st_value, out["contrastive_4"] / 0.5)
+    with pytest.raises(ValueError, match="exceed the embedding dimension"):
+        MagnitudeMatryoshkaLoss(tiny_model_raw, inner, [16]).compute_loss_from_embeddings(embs, teacher)
+    with pytest.raises(ValueError, match="compute_loss_from_embeddings"):
+        MagnitudeMatryoshkaLoss(tiny_model_raw, torch.nn.Identity(), [4])
