@@ -165,11 +165,18 @@ def _refine(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optimize.OptimizeWarning)
-            popt, _ = optimize.curve_fit(fn, x, y, p0=p0, bounds=(lower, upper), method="trf", maxfev=20000)
+            popt, _ = optimize.curve_fit(
+                fn, x, y, p0=p0, bounds=(lower, upper), method="trf", maxfev=20000, ftol=1e-12, xtol=1e-12, gtol=1e-12
+            )
         return popt
     except (RuntimeError, ValueError) as exc:
         logger.debug("curve_fit refinement failed from %s: %s", p0, exc)
         return None
+
+
+def _unit(y: np.ndarray) -> float:
+    spread = float(np.ptp(y))
+    return spread if spread > 0 else (float(np.max(np.abs(y))) or 1.0)
 
 
 def _dim_fn(D: np.ndarray, A: float, alpha: float, delta: float) -> np.ndarray:
@@ -179,8 +186,9 @@ def _dim_fn(D: np.ndarray, A: float, alpha: float, delta: float) -> np.ndarray:
 def _fit_dimension_once(
     D: np.ndarray, y: np.ndarray, grid: np.ndarray, p0: Any, allow_negative_delta: bool
 ) -> tuple[np.ndarray, float]:
-    # Work in units of max|y| so curve_fit's tolerances do not depend on the loss's scale; A and δ scale back.
-    unit = float(np.max(np.abs(y))) or 1.0
+    # Work in units of the data's range so curve_fit's (absolute) gradient tolerance does not depend on the loss's
+    # scale or offset; A and δ scale back.
+    unit = _unit(y)
     if p0 is not None:
         p0 = [p0[0] / unit, p0[1], p0[2] / unit]
     params, sse = _fit_dimension_scaled(D, y / unit, grid, p0, allow_negative_delta)
@@ -282,7 +290,7 @@ def _joint_fn(x: tuple[np.ndarray, np.ndarray], A: float, B: float, alpha: float
 def _fit_joint_once(
     D: np.ndarray, N: np.ndarray, y: np.ndarray, a_grid: np.ndarray, b_grid: np.ndarray, p0: Any
 ) -> tuple[np.ndarray, float]:
-    unit = float(np.max(np.abs(y))) or 1.0  # scale-free tolerances, as in _fit_dimension_once
+    unit = _unit(y)  # scale-free tolerances, as in _fit_dimension_once
     if p0 is not None:
         p0 = [p0[0] / unit, p0[1] / unit, p0[2], p0[3], p0[4] / unit]
     params, sse = _fit_joint_scaled(D, N, y / unit, a_grid, b_grid, p0)

@@ -85,7 +85,7 @@ def test_r_squared_matches_sklearn():
     assert r_squared(y, y_hat) == pytest.approx(r2_score(y, y_hat), rel=1e-12)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(A=st.floats(0.05, 500), alpha=st.floats(0.3, 2.5), delta=st.floats(0.0, 2.0))
 def test_fit_never_worse_than_truth(A, alpha, delta):
     """Property: on noise-free data the fitted curve reproduces the data (SSE ~ 0 relative to the signal)."""
