@@ -32,6 +32,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--negate", action="store_true", help="fit 1 - metric (for higher-is-better metrics)")
     fit.add_argument("--bootstrap", type=int, default=0, help="residual-bootstrap refits for 95%% intervals")
     fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--holdout", type=int, default=0, help="also fit without the N largest dims and predict them")
     fit.add_argument("--plot", default=None, help="write points + fitted curves to this image")
     fit.add_argument("--json", default=None, help="write the fits to this JSON file")
     fit.set_defaults(func=_cmd_fit)
@@ -100,6 +101,18 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         results[label] = {**fit.params(), "r2": fit.r2, "n_points": fit.n_points, "sse": fit.sse, "ci": fit.ci}
         ci = ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in fit.ci.items())
         print(f"{label}: {fit.formula()}  R²={fit.r2:.4f}  n={fit.n_points}" + (f"  95% CI: {ci}" if ci else ""))
+        if args.holdout and not args.joint:
+            from st_magnitude.scaling.fit import extrapolation_check
+
+            try:
+                check = extrapolation_check(D, L, n_holdout=args.holdout)
+            except ValueError as exc:
+                print(f"  held-out check skipped ({exc})")
+            else:
+                parts = zip(check["dims"], check["measured"], check["predicted"], check["relative_error"])
+                errs = ", ".join(f"D={d:g}: measured {m:.4g}, predicted {p:.4g} ({e:+.1%})" for d, m, p, e in parts)
+                print(f"  held-out (fit on smaller dims, {check['fit'].formula()}): {errs}")
+                results[label]["holdout"] = {k: v for k, v in check.items() if k != "fit"}
         if not args.joint:
             plot_groups[label] = (D, L, fit)
     if args.json:

@@ -31,6 +31,7 @@ __all__ = [
     "PAPER_DIMENSION_LAWS",
     "PAPER_JOINT_LAWS",
     "dimension_law",
+    "extrapolation_check",
     "fit_dimension_law",
     "fit_joint_law",
     "joint_law",
@@ -386,3 +387,30 @@ def fit_joint_law(
             samples.append(p_b)
         fit.ci = _intervals(np.array(samples), ["A", "B", "alpha", "beta", "delta"])
     return fit
+
+
+def extrapolation_check(D: Any, L: Any, n_holdout: int = 1, **fit_kwargs: Any) -> dict[str, Any]:
+    """Held-out check of the dimension law (an addition; the paper reports in-sample R² only, digest §10.8).
+
+    Fits on all but the ``n_holdout`` largest dimensions and predicts those. Returns the fit, the held-out
+    dimensions, their measured and predicted losses, and the relative errors ``(pred − measured)/measured``.
+    """
+    D = _as_points("D", D, positive=True)
+    y = _as_points("L", L, positive=False)
+    if D.shape != y.shape:
+        raise ValueError(f"D and L differ in length: {D.size} vs {y.size}")
+    held = np.sort(np.unique(D))[-int(n_holdout) :] if n_holdout >= 1 else np.array([])
+    if held.size == 0:
+        raise ValueError(f"n_holdout must be >= 1, got {n_holdout!r}")
+    train = ~np.isin(D, held)
+    fit = fit_dimension_law(D[train], y[train], **fit_kwargs)
+    pred = fit.predict(D[~train])
+    measured = y[~train]
+    rel = (pred - measured) / np.where(measured != 0, measured, np.nan)
+    return {
+        "fit": fit,
+        "dims": D[~train].tolist(),
+        "measured": measured.tolist(),
+        "predicted": pred.tolist(),
+        "relative_error": rel.tolist(),
+    }

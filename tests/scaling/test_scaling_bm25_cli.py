@@ -95,3 +95,15 @@ def test_cli_errors(tmp_path, capsys):
     assert main(["scaling", "fit", str(tmp_path / "missing.csv")]) == 2
     assert main(["scaling", "choose", "--law", "GPT/X", "--budget", "1e9"]) == 2
     assert "BERT/MS, BERT/TREC" in capsys.readouterr().err
+
+
+def test_cli_holdout(tmp_path, capsys):
+    from st_magnitude.cli import main
+
+    rows = [{"recipe": "r", "dataset": "t", "dim": d, "contrastive_entropy": float(dimension_law(d, 5.0, 0.7, 1.0))}
+            for d in (24, 48, 96, 192, 384, 768)]  # fmt: skip
+    _write_csv(tmp_path / "s.csv", rows)
+    assert main(["scaling", "fit", str(tmp_path / "s.csv"), "--holdout", "1", "--json", str(tmp_path / "f.json")]) == 0
+    assert "held-out" in capsys.readouterr().out
+    held = json.loads((tmp_path / "f.json").read_text())["r/t"]["holdout"]
+    assert held["dims"] == [768.0] and abs(held["relative_error"][0]) < 1e-4

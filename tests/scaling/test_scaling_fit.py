@@ -108,3 +108,17 @@ def test_input_errors():
         fit_joint_law([32, 64, 128, 256, 512], [10] * 5, [1, 0.8, 0.6, 0.5, 0.45])
     with pytest.warns(UserWarning, match="millions"):
         fit_joint_law([32, 64, 128, 32, 64, 128], [4e6] * 3 + [1e8] * 3, [1, 0.8, 0.6, 0.9, 0.7, 0.5])
+
+
+def test_extrapolation_check_exact_law_and_errors():
+    from st_magnitude.scaling.fit import extrapolation_check
+
+    true = PAPER_DIMENSION_LAWS["Ettin-L19-H512-A8/TREC"]
+    y = dimension_law(DIMS, true["A"], true["alpha"], true["delta"])
+    check = extrapolation_check(DIMS, y, n_holdout=2)
+    assert check["dims"] == [4096.0, 8192.0]
+    np.testing.assert_allclose(check["relative_error"], 0.0, atol=1e-4)
+    with pytest.raises(ValueError, match="n_holdout"):
+        extrapolation_check(DIMS, y, n_holdout=0)
+    with pytest.raises(ValueError, match="3 distinct"):
+        extrapolation_check(DIMS[:4], y[:4], n_holdout=2)
