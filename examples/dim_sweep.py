@@ -227,7 +227,7 @@ def train(model, loss_fn, sampler: Sampler, steps: int, batch_size: int, lr: flo
                 step + 1,
                 steps,
                 losses[-1],
-                ", ".join(f"{k}={float(v):.3f}" for k, v in terms.items()),
+                ", ".join(f"{k}={float(v.detach()):.3f}" for k, v in terms.items()),
                 time.time() - t0,
             )
     model.eval()
@@ -281,6 +281,7 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-queries", type=int, default=None, help="subsample test queries (default: all)")
     ap.add_argument("--eval-corpus", type=int, default=None, help="subsample corpus: positives + distractors")
     ap.add_argument("--eval-batch-size", type=int, default=64)
+    ap.add_argument("--ce-negatives", type=int, default=256, help="contrastive-entropy negatives (paper: 256)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -317,7 +318,7 @@ def main(argv=None) -> int:
         c, q, r = load_beir(data / name, "test")
         evalsets[name] = subsample(c, q, r, args.eval_queries, args.eval_corpus, args.seed)
         evaluators[name] = ContrastiveEntropyEvaluator(
-            evalsets[name][1], evalsets[name][0], evalsets[name][2], n_negatives=256, seed=args.seed
+            evalsets[name][1], evalsets[name][0], evalsets[name][2], n_negatives=args.ce_negatives, seed=args.seed
         )
         logger.info("eval %s: %d queries, %d docs", name, len(evalsets[name][1]), len(evalsets[name][0]))
     if args.recipe == "bert":
