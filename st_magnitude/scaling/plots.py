@@ -83,17 +83,20 @@ def plot_budget_curves(
     plt = _pyplot()
     dims = np.geomspace(8, 2**17, 400) if dims is None else np.asarray(dims, dtype=float)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    optima = []
     for i, budget in enumerate(budgets):
         for scoring in scorings:
             d, _, loss = budget_curve(law, budget, dims, T=T, M=M, scoring=scoring)
             style = "-" if scoring == "exhaustive" else "--"
             ax.plot(d, loss, style, color=f"C{i % 10}", label=f"B={budget:.0e} {scoring}")
             opt = optimal_allocation(law, budget, T=T, M=M, scoring=scoring, n_gamma=20000)
+            optima.append(opt.loss)
             if dims.min() <= opt.D <= dims.max():
                 ax.plot([opt.D], [opt.loss], "o", color=f"C{i % 10}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("embedding dimension D")
     ax.set_ylabel("predicted loss L̂(D, N)")
+    ax.set_ylim(0, 3 * max(optima))  # the curves shoot up where scoring eats the budget
     ax.set_title(f"fixed FLOPs budget per query, M={M:.0e}, T={T:g}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)

@@ -82,8 +82,11 @@ def test_cli_fit_and_choose(tmp_path, capsys):
     fits = json.loads(out.read_text())
     assert fits["ettin/toy"]["alpha"] == pytest.approx(0.7, rel=1e-3)
     assert plot.is_file() and plot.stat().st_size > 1000
-    assert main(["scaling", "choose", "--law", "BERT/TREC", "--budget", "1e10", "--docs", "1e6"]) == 0
+    budget_png = tmp_path / "budget.png"
+    args = ["scaling", "choose", "--law", "BERT/TREC", "--budget", "1e10", "--docs", "1e6", "--plot", str(budget_png)]
+    assert main(args) == 0
     assert "0.7411" in capsys.readouterr().out  # digest §8 worked optimum γ̂
+    assert budget_png.is_file() and budget_png.stat().st_size > 1000
 
 
 def test_cli_errors(tmp_path, capsys):
