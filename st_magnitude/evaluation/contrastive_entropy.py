@@ -172,7 +172,7 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
             raise ValueError(f"{len(missing)} positive doc ids are not in the corpus, e.g. {sorted(missing)[:3]}")
         unknown = [qid for qid in self.positives if qid not in queries]
         if unknown:
-            raise ValueError(f"{len(unknown)} qrels query ids have no query text, e.g. {unknown[:3]}")
+            logger.info("ContrastiveEntropyEvaluator: %d qrels query ids have no query text; skipped", len(unknown))
         self.query_ids = sorted(qid for qid in queries if self.positives.get(qid))
         skipped = len(queries) - len(self.query_ids)
         if skipped:

@@ -131,3 +131,14 @@ def test_function_matches_closed_form(k, n, seed):
     expected = np.mean([np.logaddexp(2.0 * p @ q[0], np.logaddexp.reduce(s_neg)) - 2.0 * p @ q[0] for p in P])
     assert value == pytest.approx(expected, rel=1e-9) and value >= 0
     assert per_query == [pytest.approx(expected, rel=1e-9)]
+
+
+def test_query_subset_uses_only_given_queries(tiny_model_raw):
+    corpus, queries, qrels = _toy()
+    subset = {q: queries[q] for q in ("q1", "q3")}
+    ev = ContrastiveEntropyEvaluator(subset, corpus, qrels, n_negatives=10, similarity="dot")
+    assert ev.query_ids == ["q1", "q3"]
+    full = ContrastiveEntropyEvaluator(queries, corpus, qrels, n_negatives=10, similarity="dot")
+    full(tiny_model_raw)
+    value = ev(tiny_model_raw)["contrastive_entropy"]
+    assert value == pytest.approx((full.per_query["q1"] + full.per_query["q3"]) / 2, rel=1e-6)
