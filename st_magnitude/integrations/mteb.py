@@ -5,7 +5,7 @@
   converted by :func:`st_magnitude.apply_similarity` (``similarity_fn_name="dot"``) is scored with what it was
   trained with. The meta's ``similarity_fn_name`` is set to ``None`` so pairwise tasks delegate to the model too.
 * Cache collisions (ECOSYSTEM.md §3.2): every model gets a unique meta name and revision (a content hash of the
-  saved folder, or ``"in-memory-<id>"``), so two local models never reuse each other's cached results.
+  saved folder, or of a live model's weights), so two local models never reuse each other's cached results.
 * Local BEIR folders become ``AbsTaskRetrieval`` subclasses overriding ``load_data`` (ECOSYSTEM.md §3.4), with the
   same NanoBEIR-style subsample as ``st-magnitude evaluate`` and ``ignore_identical_ids=True`` (BEIR's convention,
   as in our evaluator).
@@ -189,7 +189,7 @@ def _register_task(cls) -> None:
 # models
 # ----------------------------------------------------------------------------------------------------------------
 def model_revision(model_or_path) -> str:
-    """A content hash of a saved model folder (file names, sizes, mtimes) or ``in-memory-<id>`` for a live model."""
+    """A content hash of a saved model folder (file names, sizes, mtimes), or of a live model's weights."""
     if isinstance(model_or_path, (str, os.PathLike)) and Path(model_or_path).is_dir():
         h = hashlib.sha256()
         for p in sorted(Path(model_or_path).rglob("*")):
@@ -197,7 +197,16 @@ def model_revision(model_or_path) -> str:
                 st = p.stat()
                 h.update(f"{p.relative_to(model_or_path)}:{st.st_size}:{int(st.st_mtime)}".encode())
         return "local-" + h.hexdigest()[:12]
-    return f"in-memory-{id(model_or_path):x}"
+    import torch
+
+    h = hashlib.sha256(repr(model_or_path).encode())
+    if isinstance(model_or_path, torch.nn.Module):  # weights fingerprint: a changed model gets a new revision
+        with torch.no_grad():
+            for name, p in model_or_path.state_dict().items():
+                if torch.is_floating_point(p):
+                    x = p.detach().double()
+                    h.update(f"{name}:{x.sum().item():.12e}:{x.square().sum().item():.12e}".encode())
+    return "in-memory-" + h.hexdigest()[:12]
 
 
 def _meta_name(model, name: str | None) -> str:
