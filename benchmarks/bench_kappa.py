@@ -54,8 +54,9 @@ def main(argv=None) -> int:
     print(res.summary())
     verdict = "met" if sec < 60 else "not met on this (possibly shared) machine"
     print(
-        f"goal < 60 s on 2 cores: wall {sec:.1f} s ({verdict}); work = {cpu:.1f} CPU-s, i.e. about {cpu / 2:.1f} s on 2 "
-        "idle cores with ideal 2-thread scaling (use --threads 1 on a busy machine: OpenMP spin-waits inflate CPU time)"
+        f"goal < 60 s on 2 cores: wall {sec:.1f} s ({verdict}); work = {cpu:.1f} CPU-s, i.e. about "
+        f"{cpu / 2:.1f} s on 2 idle cores with ideal 2-thread scaling "
+        "(use --threads 1 on a busy machine: OpenMP spin-waits inflate CPU time)"
     )
     return 0
 
