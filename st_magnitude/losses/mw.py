@@ -100,17 +100,20 @@ def pairwise_softplus_sum(
 
 
 def mw_negatives(similarity: Similarity, query_rows: Tensor, docs_all: Tensor, positive_columns: Tensor) -> Tensor:
-    """Rows of the score matrix s(q_i, ·) without each row's own positive column, flattened (a part of S⁻)."""
+    """Rows of the score matrix s(q_i, ·), flattened, with each row's own positive set to −∞ (a part of S⁻).
+
+    A −∞ entry contributes exactly 0 to the pair sum and its gradient (softplus(−∞) = σ(−∞) = 0), so the block is
+    used as a view, without copying the negatives out of it.
+    """
     scores = at_least_fp32(similarity(query_rows, docs_all))  # [r, M]
-    keep = torch.ones_like(scores, dtype=torch.bool)
-    keep[torch.arange(scores.size(0), device=scores.device), positive_columns] = False
-    return scores[keep]
+    scores[torch.arange(scores.size(0), device=scores.device), positive_columns] = -torch.inf
+    return scores.reshape(-1)
 
 
 def _auto_chunk(chunk_size: int | None, score_elements: int) -> int:
-    """``chunk_size=None``: as many pairs per chunk as the score-matrix block the loss holds anyway (rows × M), so
-    the pair stage never needs more memory than the score stage (at least ``MIN_AUTO_CHUNK``)."""
-    return chunk_size if chunk_size is not None else max(MIN_AUTO_CHUNK, score_elements)
+    """``chunk_size=None``: half as many pairs per chunk as the score-matrix block the loss holds anyway (rows × M),
+    so the pair stage (two buffers) never needs more memory than the score block (at least ``MIN_AUTO_CHUNK``)."""
+    return chunk_size if chunk_size is not None else max(MIN_AUTO_CHUNK, score_elements // 2)
 
 
 def _check_mw_args(temperature: float, reduction: str, chunk_size: int | None) -> None:

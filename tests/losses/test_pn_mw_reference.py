@@ -188,5 +188,8 @@ def test_mw_negatives_exclude_own_positive_only():
     q = torch.eye(3)
     d = torch.eye(3).repeat(2, 1)  # 6 docs
     neg = mw_negatives(sim, q, d, torch.arange(3))
-    assert neg.numel() == 3 * 6 - 3
-    assert neg.sum().item() == pytest.approx(3.0)  # each row keeps its hard-negative copy of its own positive
+    finite = neg[torch.isfinite(neg)]
+    assert neg.numel() == 3 * 6 and finite.numel() == 3 * 6 - 3  # own positives are −∞: they add exactly 0
+    assert finite.sum().item() == pytest.approx(3.0)  # each row keeps its hard-negative copy of its own positive
+    pos = torch.tensor([0.3, 0.9])
+    assert float(pairwise_softplus_sum(pos, neg, 0.1)) == pytest.approx(float(pairwise_softplus_sum(pos, finite, 0.1)))
