@@ -166,8 +166,8 @@ class MWLoss(nn.Module):
             reduction: ``"paper"``: Σ over pairs / B, as eq. 3 is written (large: ≈ |S⁻|·log 2 at start);
                 ``"mean"``: mean over the B·|S⁻| pairs (the expectation of Lemma 2).
             chunk_size: (positive, negative) pairs evaluated at once (memory ≈ 8 bytes × chunk_size); ``None``
-                (default) uses the size of the B × B(1+H) score matrix, so the pair stage needs no more memory than
-                the scores. Does not change the result.
+                (default) uses half the size of the B × B(1+H) score matrix, so the pair stage needs no more memory
+                than the scores. Does not change the result.
             gather_across_devices: gather embeddings from all processes (with gradients); each process then
                 compares every positive with its own anchors' negatives, and the mean over processes is the loss of
                 the full global batch.
@@ -294,8 +294,8 @@ class CachedMWLoss(CachedLossMixin, nn.Module):
             temperature: τ (paper 001: 0.01).
             reduction: ``"paper"`` (Σ/B, eq. 3) or ``"mean"`` (mean over pairs).
             mini_batch_size: rows per forward pass and per score-matrix chunk.
-            chunk_size: (positive, negative) pairs evaluated at once; ``None`` (default) uses the size of one
-                ``mini_batch_size`` × B(1+H) block of scores, so memory stays that of the cached InfoNCE.
+            chunk_size: (positive, negative) pairs evaluated at once; ``None`` (default) uses half the size of one
+                ``mini_batch_size`` × B(1+H) block of scores, so memory stays close to that of the cached InfoNCE.
             mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
             gather_across_devices: as in :class:`MWLoss`.
             show_progress_bar: show the mini-batch progress.
