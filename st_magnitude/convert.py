@@ -33,6 +33,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
+from st_magnitude._surgery import replace_modules
 from st_magnitude.modules.role_normalize import RoleNormalize
 from st_magnitude.similarity import (
     CORNER_GAMMAS,
@@ -218,20 +219,6 @@ def _backbone(model: SentenceTransformer) -> tuple[list[nn.Module], Router | Non
     return kept, None, removed
 
 
-def _replace_modules(model: SentenceTransformer, new_modules: list[nn.Module]) -> None:
-    old_kwargs = model.module_kwargs or {}
-    old_names = {id(m): name for name, m in model.named_children()}
-    for name in list(model._modules):
-        del model._modules[name]
-    new_kwargs: dict[str, list[str]] = {}
-    for idx, module in enumerate(new_modules):
-        model.add_module(str(idx), module)
-        old = old_names.get(id(module))
-        if old is not None and old in old_kwargs:
-            new_kwargs[str(idx)] = old_kwargs[old]
-    model.module_kwargs = new_kwargs or None
-
-
 def _fresh_normalize() -> Normalize:
     return Normalize()
 
@@ -345,7 +332,7 @@ def apply_similarity(
         d_route = backbone + ([_fresh_normalize()] if gd == 1.0 else [])
         new = [Router.for_query_document(query_modules=q_route, document_modules=d_route)]
 
-    _replace_modules(model, new)
+    replace_modules(model, new)
     model.similarity_fn_name = "dot"
     if is_asymmetric(model) or name == "learnable":
         from st_magnitude.guard import install_symmetry_guard
@@ -378,7 +365,7 @@ def strip_normalize(
         )
     if isinstance(model, SentenceTransformer):
         backbone, _, removed = _backbone_strip_only(model)
-        _replace_modules(model, backbone)
+        replace_modules(model, backbone)
         model.similarity_fn_name = similarity_fn_name
         _warn_strip(removed, warn)
         return model

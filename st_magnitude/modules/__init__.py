@@ -2,6 +2,23 @@
 
 from __future__ import annotations
 
+from st_magnitude.modules.dimension_projection import (
+    DimensionProjection,
+    ProjectionActivationWarning,
+    add_dimension_projection,
+    check_projection,
+    dimension_grid,
+    truncate_embeddings,
+)
 from st_magnitude.modules.role_normalize import ROLES, RoleNormalize
 
-__all__ = ["ROLES", "RoleNormalize"]
+__all__ = [
+    "ROLES",
+    "DimensionProjection",
+    "ProjectionActivationWarning",
+    "RoleNormalize",
+    "add_dimension_projection",
+    "check_projection",
+    "dimension_grid",
+    "truncate_embeddings",
+]

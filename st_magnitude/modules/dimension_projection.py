@@ -26,6 +26,8 @@ import torch
 from sentence_transformers.base.modules import Dense, Normalize, Router
 from torch import Tensor, nn
 
+from st_magnitude._surgery import replace_modules
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -221,7 +223,7 @@ def add_dimension_projection(
     first_param = next(model.parameters(), None)
     if first_param is not None:
         projection.to(device=first_param.device, dtype=first_param.dtype)
-    _replace_children(model, children[:insert_at] + [projection] + children[insert_at:])
+    replace_modules(model, children[:insert_at] + [projection] + children[insert_at:])
     logger.info("Added DimensionProjection %d -> %d at position %d", in_features, out_features, insert_at)
     return projection
 
@@ -232,22 +234,6 @@ def _embedding_dimension(model: nn.Module) -> int:
     if dim is None:
         raise ValueError("cannot infer the model's embedding dimension; pass a model ending in Pooling or Dense")
     return int(dim)
-
-
-def _replace_children(model: nn.Module, new_modules: list[nn.Module]) -> None:
-    """Re-register ``new_modules`` under keys "0".."n-1", keeping each kept module's forward-kwarg names."""
-    old_kwargs = getattr(model, "module_kwargs", None) or {}
-    old_names = {id(m): name for name, m in model.named_children()}
-    for name in list(model._modules):
-        del model._modules[name]
-    new_kwargs: dict[str, list[str]] = {}
-    for idx, module in enumerate(new_modules):
-        model.add_module(str(idx), module)
-        old = old_names.get(id(module))
-        if old is not None and old in old_kwargs:
-            new_kwargs[str(idx)] = old_kwargs[old]
-    if hasattr(model, "module_kwargs"):
-        model.module_kwargs = new_kwargs or None
 
 
 def truncate_embeddings(embeddings: Tensor, dim: int) -> Tensor:
