@@ -3,21 +3,46 @@
 - :class:`PartialNormInfoNCELoss` / :class:`CachedPartialNormInfoNCELoss`: InfoNCE (paper 000 eq. 2) with any
   similarity of the family (cosine, dot, qnorm, dnorm, learnable).
 - :class:`MWLoss` / :class:`CachedMWLoss`: the Mann–Whitney AUC surrogate of paper 001 (eq. 3).
+- :class:`InfoTNLoss`, :class:`L2DirLoss` / :class:`CachedL2DirLoss`: L2Dir (paper 002 eqs. 4–8) with the NAP head.
+- :class:`BertRecipeLoss`, :class:`EttinRecipeLoss`, :class:`MarginContrastiveLoss`, :class:`MagnitudeMatryoshkaLoss`:
+  the embedding-dimension scaling recipes (paper 003).
+- :class:`RevelaLoss`: a retriever trained through a causal LM's in-batch attention (paper 004).
 
-All detect a model converted by :func:`st_magnitude.apply_similarity` and then train the similarity it carries.
+Losses that take a similarity detect a model converted by :func:`st_magnitude.apply_similarity` and then train the
+similarity it carries.
 """
 
 from __future__ import annotations
 
 from st_magnitude.losses._common import LossSimilarityWarning
+from st_magnitude.losses.l2dir import CachedL2DirLoss, InfoTNCollapseWarning, InfoTNLoss, L2DirLoss
+from st_magnitude.losses.margin_contrastive import (
+    BertRecipeLoss,
+    EttinRecipeLoss,
+    MagnitudeMatryoshkaLoss,
+    MarginContrastiveLoss,
+    teacher_scores,
+)
 from st_magnitude.losses.mw import CachedMWLoss, MWLoss, pairwise_softplus_sum
 from st_magnitude.losses.partial_norm_infonce import CachedPartialNormInfoNCELoss, PartialNormInfoNCELoss
+from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss
 
 __all__ = [
+    "BertRecipeLoss",
+    "CachedL2DirLoss",
     "CachedMWLoss",
     "CachedPartialNormInfoNCELoss",
+    "EttinRecipeLoss",
+    "InfoTNCollapseWarning",
+    "InfoTNLoss",
+    "L2DirLoss",
     "LossSimilarityWarning",
     "MWLoss",
+    "MagnitudeMatryoshkaLoss",
+    "MarginContrastiveLoss",
     "PartialNormInfoNCELoss",
+    "RevelaLMCheckpointCallback",
+    "RevelaLoss",
     "pairwise_softplus_sum",
+    "teacher_scores",
 ]
