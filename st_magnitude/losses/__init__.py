@@ -15,7 +15,7 @@ similarity it carries.
 from __future__ import annotations
 
 from st_magnitude.losses._common import LossSimilarityWarning
-from st_magnitude.losses.l2dir import CachedL2DirLoss, InfoTNCollapseWarning, InfoTNLoss, L2DirLoss
+from st_magnitude.losses.l2dir import PAPER_TEMPERATURES, CachedL2DirLoss, InfoTNCollapseWarning, InfoTNLoss, L2DirLoss
 from st_magnitude.losses.margin_contrastive import (
     BertRecipeLoss,
     EttinRecipeLoss,
@@ -28,6 +28,7 @@ from st_magnitude.losses.partial_norm_infonce import CachedPartialNormInfoNCELos
 from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss
 
 __all__ = [
+    "PAPER_TEMPERATURES",
     "BertRecipeLoss",
     "CachedL2DirLoss",
     "CachedMWLoss",

@@ -10,11 +10,14 @@ from st_magnitude.modules.dimension_projection import (
     dimension_grid,
     truncate_embeddings,
 )
+from st_magnitude.modules.nap_head import NAPHead, NAPInputTap
 from st_magnitude.modules.role_normalize import ROLES, RoleNormalize
 
 __all__ = [
     "ROLES",
     "DimensionProjection",
+    "NAPHead",
+    "NAPInputTap",
     "ProjectionActivationWarning",
     "RoleNormalize",
     "add_dimension_projection",
