@@ -139,7 +139,9 @@ class RoleNormalize(Module):
                 self._warned_no_role = True
             return features
         if task is None and not self.symmetric and not self._warned_no_role:
-            logger.warning(
+            # debug only: the user-facing warning is the symmetry guard's (st_magnitude.guard), which knows whether
+            # encode() was called by the user or by ST itself (e.g. model-card widget examples on save)
+            logger.debug(
                 "RoleNormalize: no query/document role was given, so inputs are treated as %ss. This model's "
                 "similarity is asymmetric (gamma_query=%.3f, gamma_document=%.3f): use encode_query/encode_document. "
                 "Asymmetric similarities are not valid for symmetric tasks such as STS or clustering "
