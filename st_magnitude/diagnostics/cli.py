@@ -65,9 +65,13 @@ def _run(args) -> int:
         print(f"κ rule ({diag.kappa_source}, {diag.kappa_seconds:.1f} s): {diag.kappa.summary()}")
     for ds in diag.datasets:
         print(
-            f"{ds.name}: Cohen's d {ds.cohens_d:+.3f} ({ds.cohens_d_band}), label-free {ds.cohens_d_label_free:+.3f}; "
+            f"{ds.name}: Cohen's d {_d(ds.cohens_d)} ({ds.cohens_d_band}), label-free {_d(ds.cohens_d_label_free)}; "
             f"query-norm CV {ds.query_norms['cv_percent']:.2f}%; pooled AUC {ds.pooled_auc:.4f} "
             f"(per-query {ds.per_query_auc:.4f})" + (f" [{ds.note}]" if ds.note else "")
         )
     print(f"report: {diag.report_path}")
     return 0
+
+
+def _d(d: float | None) -> str:
+    return "undefined" if d is None else f"{d:+.3f}"

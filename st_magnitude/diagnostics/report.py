@@ -51,11 +51,11 @@ class DatasetDiagnosis:
     note: str
     query_norms: dict[str, float]
     doc_norms: dict[str, float]
-    cohens_d: float
+    cohens_d: float | None  # None: undefined (fewer than two relevant or irrelevant documents)
     cohens_d_band: str
     n_relevant: int
     n_irrelevant: int
-    cohens_d_label_free: float
+    cohens_d_label_free: float | None
     label_free_k: int
     fim_table: dict[str, dict[str, float]]
     pooled_auc: float
@@ -109,9 +109,9 @@ class Diagnosis:
                 f"{dn['cv_percent']:.2f} |",
                 "",
                 f"- Cohen's d of document norms, relevant ({ds.n_relevant}) vs irrelevant ({ds.n_irrelevant}): "
-                f"**{ds.cohens_d:+.3f}** ({ds.cohens_d_band}; > 0 favours qnorm, < 0 dnorm)",
+                f"**{_fmt_d(ds.cohens_d)}** ({ds.cohens_d_band}; > 0 favours qnorm, < 0 dnorm)",
                 f"- label-free Cohen's d (top-{ds.label_free_k} retrieved as pseudo-relevant): "
-                f"{ds.cohens_d_label_free:+.3f}",
+                f"{_fmt_d(ds.cohens_d_label_free)}",
                 f"- pooled ROC-AUC (model's similarity, 500 hard negatives/query): {ds.pooled_auc:.4f}; "
                 f"per-query mean AUC: {ds.per_query_auc:.4f}",
                 "",
@@ -134,6 +134,12 @@ class Diagnosis:
         if self.kappa is not None:
             d["kappa"].pop("bootstrap_deltas", None)
         return d
+
+
+def _fmt_d(d: float | None) -> str:
+    if d is None:
+        return "undefined (fewer than 2 relevant or 2 irrelevant documents; use a larger --max-corpus)"
+    return f"{d:+.3f}"
 
 
 def kappa_pairs(
@@ -229,7 +235,13 @@ def _diagnose_dataset(model, raw, data: BEIRData, out_dir: str | None, label_fre
     dn = torch.linalg.vector_norm(d, dim=-1).numpy()
     doc_norms = dict(zip(cids, dn.tolist()))
     relevant = {doc for rel in data.qrels.values() for doc, g in rel.items() if g > 0}
-    cd, n_rel, n_irr = doc_norm_cohens_d(doc_norms, relevant)
+    n_rel = len(relevant & set(doc_norms))
+    n_irr = len(doc_norms) - n_rel
+    try:
+        cd = doc_norm_cohens_d(doc_norms, relevant)[0]
+    except ValueError as exc:  # e.g. a subsample where every kept document is judged relevant
+        logger.warning("%s: labelled Cohen's d undefined: %s", data.name, exc)
+        cd = None
     served = model_similarity(model)
     if served is None:  # unrecognised structure: score the model's own outputs
         sq, sd = encode_roles(
@@ -240,7 +252,11 @@ def _diagnose_dataset(model, raw, data: BEIRData, out_dir: str | None, label_fre
         score_fn, sq_, sd_ = served, q, d
     results = exact_search(sq_, sd_, qids, cids, top_k=max(label_free_k, 10), score_fn=score_fn)
     pseudo = pseudo_relevant_from_results(results, label_free_k)
-    cd_free, _, _ = doc_norm_cohens_d(doc_norms, pseudo)
+    try:
+        cd_free = doc_norm_cohens_d(doc_norms, pseudo)[0]
+    except ValueError as exc:
+        logger.warning("%s: label-free Cohen's d undefined: %s", data.name, exc)
+        cd_free = None
     pools = pooled_auc_pools(sq_, sd_, qids, cids, data.qrels, score_fn)
     # component FIM on the judged pairs (raw embeddings)
     pi = {c: i for i, c in enumerate(cids)}
@@ -266,7 +282,7 @@ def _diagnose_dataset(model, raw, data: BEIRData, out_dir: str | None, label_fre
         query_norms=dict(norm_stats(qn)),
         doc_norms=dict(norm_stats(dn)),
         cohens_d=cd,
-        cohens_d_band=effect_size_band(cd),
+        cohens_d_band=effect_size_band(cd) if cd is not None else "undefined",
         n_relevant=n_rel,
         n_irrelevant=n_irr,
         cohens_d_label_free=cd_free,

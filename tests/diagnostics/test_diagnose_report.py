@@ -69,3 +69,12 @@ def test_diagnose_cli_bad_folder(tiny_model, tmp_path, capsys):
     tiny_model.save(str(path))
     rc = main(["diagnose", str(path), "--data", str(tmp_path / "missing")])
     assert rc == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_all_documents_relevant_leaves_cohens_d_undefined(tiny_model, tmp_path):
+    # a NanoBEIR-style subsample can keep only judged documents: the labelled d is undefined, not a crash/NaN
+    folder = write_toy_beir(tmp_path / "allrel", n_docs=12, n_queries=6)
+    diag = diagnose(tiny_model, [folder], kappa=False, max_seq_length=None, output_dir=tmp_path / "o")
+    ds = diag.datasets[0]
+    assert ds.cohens_d is None and ds.cohens_d_band == "undefined" and ds.n_irrelevant == 0
+    assert "undefined" in (tmp_path / "o" / "report.md").read_text()
