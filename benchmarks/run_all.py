@@ -27,11 +27,22 @@ DATA = Path(os.environ.get("ST_MAGNITUDE_DATA_DIR", ROOT.parent / "shared" / "da
 
 #: name -> (script, reduced arguments, full arguments)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
-    "losses": ("bench_losses.py", ["--quick"], []),
-    "search": ("bench_search.py", ["--data", str(DATA / "scifact"), "--repeats", "3"], ["--data", str(DATA / "scifact")]),
+    "losses": (
+        "bench_losses.py",
+        ["--model", "tiny", "--batch", "32", "--repeats", "3", "--mem-batch", "256"],
+        ["--model", "minilm", "--batch", "64", "--mem-batch", "1024"],
+    ),
+    "search": (
+        "bench_search.py",
+        ["--data", str(DATA / "scifact"), "--repeats", "3"],
+        ["--data", str(DATA / "scifact")],
+    ),
     "kappa": ("bench_kappa.py", ["--n-pairs", "800", "--bootstrap", "20"], []),
-    "revela": ("bench_revela.py", ["--arch", "tiny", "--repeats", "3"], ["--arch", "smollm2", "--batch", "8",
-                                                                        "--length", "128", "--repeats", "3"]),
+    "revela": (
+        "bench_revela.py",
+        ["--arch", "tiny", "--repeats", "3"],
+        ["--arch", "smollm2", "--batch", "8", "--length", "128", "--repeats", "3"],
+    ),
 }
 
 _KEEP = re.compile(r"ratio|goal|median|seconds", re.IGNORECASE)
