@@ -78,7 +78,7 @@ class Diagnosis:
         lines = [f"# Magnitude diagnostics: `{self.model}`", "", f"Model serves: {self.serves}.", ""]
         lines += ["## Which side to normalise: κ(F_qnorm) vs κ(F_dnorm) (paper 000 §4.5, eq. 26)", ""]
         if self.kappa is None:
-            lines.append("Not computed.")
+            lines += ["Not computed.", ""]
         else:
             k = self.kappa
             lines += [
