@@ -473,3 +473,36 @@ def test_checkpointed_in_batch_term_gives_the_same_gradients(tiny_model, monkeyp
     torch.testing.assert_close(results[0][1], results[1][1])
     for name, grad in results[0][2].items():
         torch.testing.assert_close(grad, results[1][2][name], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral", "qwen3"])
+def test_other_supported_architectures(arch):
+    """The same attention-interface hook works for the other accepted model types (tiny random, GQA)."""
+    import transformers
+
+    config_cls, model_cls = {
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+    }[arch]
+    torch.manual_seed(0)
+    config = config_cls(
+        vocab_size=60,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+    )
+    lm = model_cls(config).eval()
+    plain = copy.deepcopy(lm)
+    ids, mask = lm_batch()
+    reference = plain(input_ids=ids, attention_mask=mask).logits
+    enable_revela_attention(lm)
+    torch.testing.assert_close(revela_logits(lm, ids, mask, torch.zeros(4, 4)), reference, atol=1e-6, rtol=0)
+    capture: dict = {}
+    logits = revela_logits(lm, ids, mask, random_sim(4), capture=capture)
+    assert sorted(capture) == [0, 1] and (logits - reference).abs().max() > 1e-3
+    assert max(p.norm(dim=-1).max() for p in capture.values()) <= 1.0 + 1e-5
