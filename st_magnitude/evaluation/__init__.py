@@ -6,8 +6,8 @@
 * :class:`DualSimilarityEvaluator` — dot vs cosine on the same embeddings, magnitude-collapse detector
   (paper 000 App. N.3).
 
-ContrastiveEntropyEvaluator (paper 003) will be added here by its owner
-(st_magnitude/evaluation/contrastive_entropy.py).
+* :class:`ContrastiveEntropyEvaluator` — cross-entropy of each (query, positive) against 256 uniformly sampled
+  corpus passages (paper 003 §3.6.1), seeded.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ from st_magnitude.evaluation.auc import (
     pooled_auc_pools,
     pooled_auc_score,
 )
+from st_magnitude.evaluation.contrastive_entropy import (
+    ContrastiveEntropyEvaluator,
+    contrastive_entropy,
+    sample_negatives,
+)
 from st_magnitude.evaluation.dual import DualSimilarityEvaluator, MagnitudeCollapseDetected
 from st_magnitude.evaluation.ir import (
     RoleIREvaluator,
@@ -30,9 +35,9 @@ from st_magnitude.evaluation.ir import (
     retrieval_metrics,
 )
 
-# NOTE: ContrastiveEntropyEvaluator will be added (import from st_magnitude.evaluation.contrastive_entropy).
 __all__ = [
     "AUCPools",
+    "ContrastiveEntropyEvaluator",
     "DualSimilarityEvaluator",
     "MagnitudeCollapseDetected",
     "PooledAUCEvaluator",
@@ -46,4 +51,6 @@ __all__ = [
     "pooled_auc_score",
     "resolve_score_fn",
     "retrieval_metrics",
+    "contrastive_entropy",
+    "sample_negatives",
 ]
