@@ -45,7 +45,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     ),
 }
 
-_KEEP = re.compile(r"ratio|goal|median|seconds", re.IGNORECASE)
+_KEEP = re.compile(r"ratio|goal|≤|missed|\bmet\b|\bok\b", re.IGNORECASE)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
         print(proc.stdout[-4000:], flush=True)
         status = "ok" if proc.returncode == 0 else f"failed (rc={proc.returncode}, see {log})"
-        lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip().lower().startswith("ratio")]
-        if not lines:
-            lines = [ln.strip() for ln in proc.stdout.splitlines() if _KEEP.search(ln)][-3:]
+        lines = [ln.strip() for ln in proc.stdout.splitlines() if _KEEP.search(ln)][-12:]
         summary.append((name, f"{status}, {seconds:.0f} s", lines))
 
     print("\n" + "=" * 100 + "\nBenchmark summary (ours vs baseline, same run)\n" + "=" * 100)
