@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from sentence_transformers.base.losses import CachedLossMixin
 from sentence_transformers.util import all_gather_with_grad, get_rank, get_world_size
 from torch import Tensor, nn
 
@@ -191,3 +192,49 @@ def similarity_config(sim_name: str, scoring: Similarity, carried: Similarity | 
         "gamma_query": round(source.gamma_query, 6),
         "gamma_document": round(source.gamma_document, 6),
     }
+
+
+class CachedFamilyLoss(CachedLossMixin, nn.Module):
+    """Plumbing shared by the cached (GradCache) family losses: validation, roles, and the gathered batch."""
+
+    def _setup_cached(
+        self,
+        model: nn.Module,
+        similarity: str | Similarity | None,
+        mini_batch_size: int,
+        mini_batch_num_tokens: int | None,
+        gather_across_devices: bool,
+        show_progress_bar: bool,
+    ) -> None:
+        if not (isinstance(mini_batch_size, int) and mini_batch_size > 0):
+            raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
+        if mini_batch_num_tokens is not None and not (
+            isinstance(mini_batch_num_tokens, int) and mini_batch_num_tokens > 0
+        ):
+            raise ValueError(f"mini_batch_num_tokens must be a positive int or None, got {mini_batch_num_tokens!r}")
+        self.model = model
+        self.mini_batch_size = mini_batch_size
+        self.mini_batch_num_tokens = mini_batch_num_tokens
+        self.gather_across_devices = bool(gather_across_devices)
+        self.show_progress_bar = show_progress_bar
+        self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
+            model, similarity, type(self).__name__
+        )
+        self._duplicates = DuplicateCheck()
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        features = list(sentence_features)
+        check_has_negatives(2, len(features) - 1, type(self).__name__)
+        if self.carried is not None:
+            features = set_roles(features)  # before the mixin embeds: _create_minibatch keeps "task"
+        return self.forward_cached(features, labels)
+
+    def _gathered(self, reps: list[list[Tensor]]) -> tuple[int, Tensor, list[Tensor], Tensor, int, int]:
+        """(local batch size, queries, document columns, all documents, this rank's offset, world size)."""
+        local_queries = torch.cat(reps[0])
+        queries, docs, offset, world = gather(
+            local_queries, [torch.cat(r) for r in reps[1:]], self.gather_across_devices
+        )
+        check_has_negatives(queries.size(0), len(docs), type(self).__name__)
+        self._duplicates(docs[0], type(self).__name__)
+        return local_queries.size(0), queries, docs, torch.cat(docs, dim=0), offset, world

@@ -20,11 +20,11 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 import tqdm
-from sentence_transformers.base.losses.gradcache import CachedLossMixin, _validate_mini_batch_num_tokens
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
 from st_magnitude.losses._common import (
+    CachedFamilyLoss,
     DuplicateCheck,
     at_least_fp32,
     check_has_negatives,
@@ -267,7 +267,7 @@ class MWLoss(nn.Module):
         return MW_CITATION
 
 
-class CachedMWLoss(CachedLossMixin, nn.Module):
+class CachedMWLoss(CachedFamilyLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -334,41 +334,18 @@ class CachedMWLoss(CachedLossMixin, nn.Module):
         """
         super().__init__()
         _check_mw_args(temperature, reduction, chunk_size)
-        if not (isinstance(mini_batch_size, int) and mini_batch_size > 0):
-            raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
-        _validate_mini_batch_num_tokens(mini_batch_num_tokens)
-        self.model = model
         self.temperature = float(temperature)
         self.reduction = reduction
         self.chunk_size = chunk_size
-        self.mini_batch_size = mini_batch_size
-        self.mini_batch_num_tokens = mini_batch_num_tokens
-        self.gather_across_devices = bool(gather_across_devices)
-        self.show_progress_bar = show_progress_bar
-        self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
-            model, similarity, type(self).__name__
+        self._setup_cached(
+            model, similarity, mini_batch_size, mini_batch_num_tokens, gather_across_devices, show_progress_bar
         )
-        self._duplicates = DuplicateCheck()
-
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        features = list(sentence_features)
-        check_has_negatives(2, len(features) - 1, type(self).__name__)
-        if self.carried is not None:
-            features = set_roles(features)  # before the mixin embeds: _create_minibatch keeps "task"
-        return self.forward_cached(features, labels)
 
     def calculate_loss(
         self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
     ) -> Tensor:
         """The MW loss over the whole batch, ``mini_batch_size`` score rows at a time (backward per chunk)."""
-        local_queries = torch.cat(reps[0])
-        batch_size = local_queries.size(0)
-        queries, docs, offset, world = gather(
-            local_queries, [torch.cat(r) for r in reps[1:]], self.gather_across_devices
-        )
-        check_has_negatives(queries.size(0), len(docs), type(self).__name__)
-        self._duplicates(docs[0], type(self).__name__)
-        docs_all = torch.cat(docs, dim=0)
+        batch_size, queries, docs, docs_all, offset, world = self._gathered(reps)
         factor = _normaliser(self.reduction, queries.size(0), docs_all.size(0), world)
 
         positives = at_least_fp32(self.similarity_fct.pairwise(queries, docs[0]))

@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 import tqdm
-from sentence_transformers.base.losses.gradcache import CachedLossMixin, _validate_mini_batch_num_tokens
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
 from st_magnitude.losses._common import (
+    CachedFamilyLoss,
     DuplicateCheck,
     at_least_fp32,
     check_has_negatives,
@@ -187,7 +187,7 @@ class PartialNormInfoNCELoss(nn.Module):
         return MAGNITUDE_CITATION
 
 
-class CachedPartialNormInfoNCELoss(CachedLossMixin, nn.Module):
+class CachedPartialNormInfoNCELoss(CachedFamilyLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -252,37 +252,16 @@ class CachedPartialNormInfoNCELoss(CachedLossMixin, nn.Module):
         super().__init__()
         if not (isinstance(scale, (int, float)) and scale > 0):
             raise ValueError(f"scale must be a positive number (inverse temperature), got {scale!r}")
-        if not (isinstance(mini_batch_size, int) and mini_batch_size > 0):
-            raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
-        _validate_mini_batch_num_tokens(mini_batch_num_tokens)
-        self.model = model
         self.scale = float(scale)
-        self.mini_batch_size = mini_batch_size
-        self.mini_batch_num_tokens = mini_batch_num_tokens
-        self.gather_across_devices = bool(gather_across_devices)
-        self.show_progress_bar = show_progress_bar
-        self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
-            model, similarity, type(self).__name__
+        self._setup_cached(
+            model, similarity, mini_batch_size, mini_batch_num_tokens, gather_across_devices, show_progress_bar
         )
-        self._duplicates = DuplicateCheck()
-
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        features = list(sentence_features)
-        check_has_negatives(2, len(features) - 1, type(self).__name__)
-        if self.carried is not None:
-            features = set_roles(features)  # before the mixin embeds: _create_minibatch keeps "task"
-        return self.forward_cached(features, labels)
 
     def calculate_loss(
         self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
     ) -> Tensor:
         """The InfoNCE over the whole batch, chunked over ``mini_batch_size`` anchors (backward per chunk)."""
-        local_queries = torch.cat(reps[0])
-        batch_size = local_queries.size(0)
-        queries, docs, offset, _ = gather(local_queries, [torch.cat(r) for r in reps[1:]], self.gather_across_devices)
-        check_has_negatives(queries.size(0), len(docs), type(self).__name__)
-        self._duplicates(docs[0], type(self).__name__)
-        docs_all = torch.cat(docs, dim=0)
+        batch_size, queries, docs, docs_all, offset, _ = self._gathered(reps)
         total: Tensor | float = 0.0
         for begin in tqdm.trange(
             0, batch_size, self.mini_batch_size, desc="Calculating loss", disable=not self.show_progress_bar
