@@ -34,6 +34,7 @@ from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
 from st_magnitude._surgery import replace_modules
+from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
 from st_magnitude.modules.role_normalize import RoleNormalize
 from st_magnitude.similarity import (
     CORNER_GAMMAS,
@@ -59,14 +60,6 @@ __all__ = [
 ]
 
 _ROUTE_QUERY, _ROUTE_DOCUMENT = "query", "document"
-
-
-class MagnitudeCollapseWarning(UserWarning):
-    """Stripping ``Normalize`` from a cosine-pretrained model can collapse magnitude (paper 000 App. F / N.3)."""
-
-
-class AsymmetricSimilarityWarning(UserWarning):
-    """An asymmetric similarity (qnorm, dnorm, learnable γq≠γd) is used where inputs have no roles."""
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 
 from torch import Tensor
 
+from st_magnitude._warnings import MagnitudeCollapseWarning
 from st_magnitude.evaluation.ir import RoleIREvaluator, _append_csv
 from st_magnitude.similarity import get_similarity
 
@@ -29,7 +30,7 @@ __all__ = ["DualSimilarityEvaluator", "MagnitudeCollapseDetected"]
 _MAIN = ("dot", "cosine")
 
 
-class MagnitudeCollapseDetected(UserWarning):
+class MagnitudeCollapseDetected(MagnitudeCollapseWarning):
     """Cosine nDCG falls while dot nDCG rises on the same embeddings (paper 000 App. N.3)."""
 
 

@@ -1,0 +1,16 @@
+"""Warning classes shared across the package (no imports, so any layer may use them)."""
+
+from __future__ import annotations
+
+
+class MagnitudeCollapseWarning(UserWarning):
+    """Magnitude collapse risk or evidence (paper 000 App. F / N.3).
+
+    Raised directly when ``Normalize`` is stripped from a cosine-pretrained model; its subclass
+    ``MagnitudeCollapseDetected`` when an evaluation observes the collapse. One ``warnings`` filter on this class
+    catches both.
+    """
+
+
+class AsymmetricSimilarityWarning(UserWarning):
+    """An asymmetric similarity (qnorm, dnorm, learnable γq≠γd) is used where inputs have no roles."""
