@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from st_magnitude.similarity import CORNER_GAMMAS
+from st_magnitude.similarity import CORNER_GAMMAS, safe_norm
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +53,7 @@ FIM_FLOOR = 1e-20
 
 def _polar(q: Tensor, d: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     q, d = q.double(), d.double()
-    nq = torch.linalg.vector_norm(q, dim=-1).clamp_min(1e-12)
-    nd = torch.linalg.vector_norm(d, dim=-1).clamp_min(1e-12)
+    nq, nd = safe_norm(q, 1e-12).squeeze(-1), safe_norm(d, 1e-12).squeeze(-1)
     cos = ((q * d).sum(-1) / (nq * nd)).clamp(-1.0, 1.0)
     sin = torch.sqrt((1.0 - cos**2).clamp_min(0.0))
     return nq, nd, cos, sin
@@ -101,8 +100,7 @@ def component_fim_table(
 def pair_gradients(q: Tensor, d: Tensor, variant: str) -> Tensor:
     """Per-pair gradient of s w.r.t. [q; d] (Lemma M.1/M.2): ``[N, 2n]`` float64."""
     q, d = q.double(), d.double()
-    nq = torch.linalg.vector_norm(q, dim=-1, keepdim=True).clamp_min(1e-12)
-    nd = torch.linalg.vector_norm(d, dim=-1, keepdim=True).clamp_min(1e-12)
+    nq, nd = safe_norm(q, 1e-12), safe_norm(d, 1e-12)
     qh, dh = q / nq, d / nd
     if variant == "qnorm":
         # s = q̂ᵀd: ∂s/∂q = (d − (q̂ᵀd) q̂)/‖q‖ = P⊥q d/‖q‖, ∂s/∂d = q̂

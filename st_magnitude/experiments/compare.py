@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from st_magnitude.similarity import CORNER_GAMMAS, validate_similarity_name
+from st_magnitude.similarity import CORNER_GAMMAS, get_similarity, validate_similarity_name
 
 logger = logging.getLogger(__name__)
 
@@ -379,19 +379,14 @@ def evaluate_model(model, eval_sets: list[EvalSet], batch_size: int = 64) -> tup
         mq, md = encode_roles(model, es.query_texts[:4], es.doc_texts[:4], batch_size=batch_size)
         if not (torch.allclose(mq, q[:4], atol=1e-4, rtol=1e-4) and torch.allclose(md, d[:4], atol=1e-4, rtol=1e-4)):
             raise RuntimeError("model encode_query/encode_document disagree with the similarity it carries")
-        results = exact_search(q, d, es.query_ids, es.doc_ids, top_k=100, score_fn=lambda a, b: a @ b.T)
+        results = exact_search(q, d, es.query_ids, es.doc_ids, top_k=100)  # φ already applied: dot
         m = retrieval_metrics(es.data.qrels, results, ndcg_at_k=(10,), recall_at_k=(100,), mrr_at_k=(10,))
         pools = pooled_auc_pools(q, d, es.query_ids, es.doc_ids, es.data.qrels, n_negatives=500)
         m["pooled_auc"] = pooled_auc_score(pools.positives, pools.negatives)
         m["per_query_auc"] = per_query_auc(pools)
         # dual view on the same raw embeddings (magnitude-collapse detector, paper 000 App. N.3)
-        for label, fn in (
-            (
-                "cosine",
-                lambda a, b: torch.nn.functional.normalize(a, dim=-1) @ torch.nn.functional.normalize(b, dim=-1).T,
-            ),
-            ("dot", lambda a, b: a @ b.T),
-        ):
+        for label in ("cosine", "dot"):
+            fn = get_similarity(label)
             r = exact_search(rq, rd, es.query_ids, es.doc_ids, top_k=10, score_fn=fn)
             m[f"ndcg@10_{label}_raw"] = retrieval_metrics(es.data.qrels, r, recall_at_k=(), mrr_at_k=())["ndcg@10"]
         metrics[es.name] = m

@@ -20,7 +20,7 @@ import torch
 from sentence_transformers.base.modules import Module
 from torch import Tensor, nn
 
-from st_magnitude.similarity import DEFAULT_EPS, LearnableSimilarity, PowerNormSimilarity, Similarity
+from st_magnitude.similarity import DEFAULT_EPS, LearnableSimilarity, PowerNormSimilarity, Similarity, phi
 
 try:
     from typing import Self
@@ -123,8 +123,6 @@ class RoleNormalize(Module):
         return role
 
     def forward(self, features: dict[str, Tensor], task: str | None = None, **kwargs) -> dict[str, Tensor]:
-        from st_magnitude.similarity import phi
-
         if task is None:
             task = features.get("task")
         if task is None and self.training:

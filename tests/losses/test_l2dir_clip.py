@@ -1,9 +1,9 @@
 """L2Dir on a CLIP-style model (image–text pairs), with a tiny random ``CLIPModel`` built in code.
 
 sentence-transformers 6.2 wraps a saved ``CLIPModel`` folder in its generic ``Transformer`` module (text →
-``get_text_features``, image → ``get_image_features``, output ``sentence_embedding``), so the real loading path
-``SentenceTransformer("openai/clip-vit-base-patch32")`` is the same code; only the weights are tiny here. Images
-are processed by transformers' PIL image processor (no torchvision needed).
+``get_text_features``, image → ``get_image_features``, output ``sentence_embedding``), so loading a real CLIP
+checkpoint from the hub goes through the same code; only the weights are tiny (and local) here. Images are
+processed by transformers' PIL image processor (no torchvision needed).
 """
 
 from __future__ import annotations
