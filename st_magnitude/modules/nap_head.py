@@ -34,6 +34,8 @@ import torch
 from sentence_transformers.base.modules import Module, Normalize
 from torch import Tensor, nn
 
+from st_magnitude.modules._io import load_module
+
 try:
     from typing import Self
 except ImportError:  # pragma: no cover - Python 3.10
@@ -204,17 +206,16 @@ class NAPHead(Module):
         local_files_only: bool = False,
         **kwargs,
     ) -> Self:
-        hub_kwargs = {
-            "subfolder": subfolder,
-            "token": token,
-            "cache_folder": cache_folder,
-            "revision": revision,
-            "local_files_only": local_files_only,
-        }
-        config = cls.load_config(model_name_or_path, **hub_kwargs)
-        module = cls(**{k: v for k, v in config.items() if k in cls.config_keys})
-        cls.load_torch_weights(model_name_or_path, model=module, **hub_kwargs)
-        return module
+        return load_module(
+            cls,
+            model_name_or_path,
+            subfolder=subfolder,
+            token=token,
+            cache_folder=cache_folder,
+            revision=revision,
+            local_files_only=local_files_only,
+            with_weights=True,
+        )
 
     def __repr__(self) -> str:
         shape = "Linear" if self.hidden_features is None else f"bottleneck({self.hidden_features}, {self.activation})"

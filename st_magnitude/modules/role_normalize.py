@@ -20,6 +20,7 @@ import torch
 from sentence_transformers.base.modules import Module
 from torch import Tensor, nn
 
+from st_magnitude.modules._io import load_module
 from st_magnitude.similarity import DEFAULT_EPS, LearnableSimilarity, PowerNormSimilarity, Similarity, phi
 
 try:
@@ -37,6 +38,12 @@ _ROLE_ALIASES = {
     "corpus": "document",
     "doc": "document",
 }
+
+
+def _learnable_at_init(config: dict[str, Any]) -> dict[str, Any]:
+    # A learnable module is built at γ = 0.5 (the saved γ may sit on the sigmoid's boundary after training, outside
+    # the open interval the constructor accepts); its weights file then restores the exact logits.
+    return {**config, "gamma_query": 0.5, "gamma_document": 0.5} if config.get("learnable") else config
 
 
 def _logit(p: float) -> float:
@@ -173,23 +180,16 @@ class RoleNormalize(Module):
         local_files_only: bool = False,
         **kwargs,
     ) -> Self:
-        hub_kwargs = {
-            "subfolder": subfolder,
-            "token": token,
-            "cache_folder": cache_folder,
-            "revision": revision,
-            "local_files_only": local_files_only,
-        }
-        config = cls.load_config(model_name_or_path, **hub_kwargs)
-        config = {k: v for k, v in config.items() if k in cls.config_keys}
-        if config.get("learnable"):
-            # the saved γ may sit on the boundary after training; the weights file restores the exact logits
-            config["gamma_query"] = 0.5
-            config["gamma_document"] = 0.5
-            module = cls(**config)
-            cls.load_torch_weights(model_name_or_path, model=module, **hub_kwargs)
-            return module
-        return cls(**config)
+        return load_module(
+            cls,
+            model_name_or_path,
+            subfolder=subfolder,
+            token=token,
+            cache_folder=cache_folder,
+            revision=revision,
+            local_files_only=local_files_only,
+            prepare=_learnable_at_init,
+        )
 
     def __repr__(self) -> str:
         kind = "learnable" if self.learnable else "fixed"
