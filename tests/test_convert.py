@@ -235,3 +235,14 @@ def test_role_normalize_rejects_unknown_roles(tiny_model):
         RoleNormalize(1.0, 0.5, learnable=True)
     with pytest.raises(ValueError, match="default_role"):
         RoleNormalize(default_role="passage")
+
+
+def test_fixed_role_normalize_round_trips(tiny_model, tmp_path):
+    # portable=False (the form legacy fit() can train) saves a fixed RoleNormalize: config only, no weights file
+    apply_similarity(tiny_model, "dnorm", warn_on_strip=False, portable=False)
+    d = tiny_model.encode_document(DOCS, convert_to_tensor=True)
+    tiny_model.save(str(tmp_path / "m"))
+    reloaded = SentenceTransformer(str(tmp_path / "m"), device="cpu", trust_remote_code=True)
+    assert isinstance(reloaded[-1], RoleNormalize) and not reloaded[-1].learnable
+    assert model_gammas(reloaded) == (0.0, 1.0)
+    torch.testing.assert_close(reloaded.encode_document(DOCS, convert_to_tensor=True), d)
