@@ -127,6 +127,63 @@ def test_vectorised_in_batch_term_equals_loop_reference(kv_heads, v_norm):
     torch.testing.assert_close(fast_pairs.double(), ref_pairs, atol=1e-5, rtol=1e-5)
 
 
+def sparse_sim_logits(bsz: int, seed: int) -> torch.Tensor:
+    """Row logits whose softmax has exact zeros (gaps of 200 nats underflow in fp32), like the paper's τ = 1e-4."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(bsz, bsz, generator=g)
+    logits = logits - 200.0 * (torch.rand(bsz, bsz, generator=g) < 0.6)
+    return logits.masked_fill(torch.eye(bsz, dtype=torch.bool), float("-inf")).requires_grad_()
+
+
+@pytest.mark.parametrize("kv_heads", [1, 3])
+def test_skipping_zero_weight_pairs_is_exact(kv_heads):
+    """Pairs with Sim = 0 are not computed; the output and every gradient that leaves the softmax are unchanged."""
+    bsz, n_heads, length, dim = 5, 3, 4, 6
+    g = torch.Generator().manual_seed(kv_heads)
+    q = torch.randn(bsz, n_heads, length, dim, generator=g, requires_grad=True)
+    k = torch.randn(bsz, kv_heads, length, dim, generator=g, requires_grad=True)
+    v = torch.randn(bsz, kv_heads, length, dim, generator=g, requires_grad=True)
+    key_mask = torch.ones(bsz, length, dtype=torch.bool)
+    key_mask[1, 2:] = False
+    logits = sparse_sim_logits(bsz, seed=kv_heads)
+    sim = torch.softmax(logits, dim=-1)
+    n_zero = int(((sim == 0) & ~torch.eye(bsz, dtype=torch.bool)).sum())
+    assert 0 < n_zero < bsz * (bsz - 1) - bsz  # some pairs skipped, every row keeps at least one
+    weights = torch.randn(bsz, n_heads, length, dim, generator=g)
+    results = []
+    for skip in (False, True):
+        out = in_batch_term(q, k, v, sim, key_mask, dim**-0.5, skip_zero_pairs=skip)
+        grads = torch.autograd.grad((out * weights).sum(), (q, k, v, logits), retain_graph=True)
+        results.append((out.detach(), grads))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-6, rtol=1e-6)
+    for dense, sparse in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(dense, sparse, atol=1e-6, rtol=1e-6)
+    # and against the loop reference, which sums over every j != i
+    ref, _ = loop_reference(q.detach(), k.detach(), v.detach(), sim.detach(), key_mask, dim**-0.5)
+    torch.testing.assert_close(results[1][0].double(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_only_nonzero_pairs_reach_the_attention_kernel(monkeypatch):
+    from st_magnitude.losses import revela_attention
+
+    batches = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, *args, **kwargs):
+        batches.append(query.shape[0])
+        return original(query, *args, **kwargs)
+
+    monkeypatch.setattr(revela_attention.F, "scaled_dot_product_attention", spy)
+    bsz = 6
+    sim = torch.softmax(sparse_sim_logits(bsz, seed=3), dim=-1).detach()
+    q = torch.randn(bsz, 2, 3, 4)
+    in_batch_term(q, q[:, :1], q[:, :1], sim, None, 0.5)
+    assert batches == [int(((sim != 0) & ~torch.eye(bsz, dtype=torch.bool)).sum())]
+    batches.clear()
+    in_batch_term(q, q[:, :1], q[:, :1], sim, None, 0.5, skip_zero_pairs=False)
+    assert batches == [bsz * (bsz - 1)]
+
+
 def test_in_batch_term_rejects_bad_heads():
     q = torch.randn(3, 3, 4, 2)
     k = torch.randn(3, 2, 4, 2)
