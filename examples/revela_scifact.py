@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     step_times: list[float] = []
     sims: list[float] = []
+    pairs: list[int] = []
 
     class Timer(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
@@ -170,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             step_times.append(time.perf_counter() - self.t)
             if loss.last_sim is not None:
                 sims.append(float(loss.last_sim.max(dim=1).values.mean()))
-            logger.info("step %d: %.1fs, mean max Sim %.3f", state.global_step, step_times[-1], sims[-1])
+                pairs.append(int((loss.last_sim > 0).sum()))  # pairs the in-batch attention computed
+            logger.info(
+                "step %d: %.1fs, mean max Sim %.3f, %d pairs", state.global_step, step_times[-1], sims[-1], pairs[-1]
+            )
 
     training_args = SentenceTransformerTrainingArguments(
         output_dir=str(args.out / "checkpoints"),
@@ -222,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         "loss_first_last": [losses[0], losses[-1]] if losses else None,
         "losses": losses,
         "mean_max_sim_first_last": [sims[0], sims[-1]] if sims else None,
+        "pairs_computed_mean": sum(pairs) / len(pairs) if pairs else None,
+        "pairs_total": args.group_size * (args.group_size - 1),
         "threads": args.threads,
     }
     (args.out / "result.json").write_text(json.dumps(result, indent=1))

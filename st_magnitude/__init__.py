@@ -7,6 +7,7 @@ Public API (everything else is internal)::
 
 from __future__ import annotations
 
+from st_magnitude._warnings import ZeroRetrieverGradientWarning
 from st_magnitude.convert import (
     AsymmetricSimilarityWarning,
     MagnitudeCollapseWarning,
@@ -30,6 +31,7 @@ __all__ = [
     "MagnitudeCollapseWarning",
     "RoleNormalize",
     "Similarity",
+    "ZeroRetrieverGradientWarning",
     "apply_similarity",
     "carried_similarity",
     "check_symmetric_use",

@@ -14,3 +14,7 @@ class MagnitudeCollapseWarning(UserWarning):
 
 class AsymmetricSimilarityWarning(UserWarning):
     """An asymmetric similarity (qnorm, dnorm, learnable γq≠γd) is used where inputs have no roles."""
+
+
+class ZeroRetrieverGradientWarning(UserWarning):
+    """A training signal that cannot reach the retriever (e.g. Revela's Sim is exactly one-hot in every row)."""

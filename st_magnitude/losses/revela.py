@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor, nn
 from transformers import TrainerCallback
 
+from st_magnitude._warnings import ZeroRetrieverGradientWarning
 from st_magnitude.losses.revela_attention import (
     REVELA_ATTENTION,
     STATE_KWARG,
@@ -31,7 +33,14 @@ LM_CHECKPOINT_DIR = "revela_lm"
 _LM_WEIGHTS = "trainable.safetensors"
 _LM_META = "revela_lm.json"
 
-__all__ = ["LM_CHECKPOINT_DIR", "RevelaLMCheckpointCallback", "RevelaLoss", "load_lm_weights", "save_lm_weights"]
+__all__ = [
+    "LM_CHECKPOINT_DIR",
+    "RevelaLMCheckpointCallback",
+    "RevelaLoss",
+    "ZeroRetrieverGradientWarning",
+    "load_lm_weights",
+    "save_lm_weights",
+]
 
 _B2_MESSAGE = (
     "RevelaLoss needs at least 3 chunks per in-batch set; got {b}. Sim excludes the diagonal and each row sums to "
@@ -111,7 +120,9 @@ class RevelaLoss(nn.Module):
             - Train the retriever and the LM with one optimizer (the trainer takes the LM's parameters from the
               loss); ``learning_rate_mapping={r"lm\\.": 1e-5}`` gives the LM its own learning rate.
             - Keep B ≥ 8 and the groups topical; watch ``temperature``: with τ = 1e-4 the retriever's gradient
-              concentrates on near-ties.
+              concentrates on near-ties, and is exactly zero for a batch whose Sim rows are all one-hot (warned with
+              :class:`~st_magnitude.ZeroRetrieverGradientWarning`; counted in ``loss.one_hot_steps``).
+              With all-MiniLM-L6-v2 on SciFact groups that is most batches: use τ ≈ 0.01–0.05 for such encoders.
 
         Relations:
             - Unlike :class:`~sentence_transformers.sentence_transformer.losses.MultipleNegativesRankingLoss` there
@@ -172,6 +183,7 @@ class RevelaLoss(nn.Module):
             for param in self.lm.parameters():
                 param.requires_grad_(False)
         self.last_sim: Tensor | None = None
+        self.one_hot_steps = 0  # batches whose Sim was one-hot in every row (no retriever gradient)
 
     # ------------------------------------------------------------------------------------------------- Sim
     def similarity_matrix(self, query_embeddings: Tensor, passage_embeddings: Tensor) -> Tensor:
@@ -245,6 +257,17 @@ class RevelaLoss(nn.Module):
             )
         sim = self.similarity_matrix(query_embeddings, passage_embeddings)
         self.last_sim = sim.detach()
+        if sim.requires_grad and bool((self.last_sim.max(dim=1).values == 1.0).all()):
+            self.one_hot_steps += 1
+            warnings.warn(
+                f"RevelaLoss: every row of Sim is exactly one-hot at temperature={self.temperature:g}, so the "
+                "retriever gets exactly zero gradient from this batch (the softmax Jacobian Sim·(δ − Sim) vanishes; "
+                "fp32 exp underflows once a cosine is about 100·τ below its row's best). The paper's τ = 1e-4 was "
+                "used with decoder (EOS-pooled LLM) retrievers; for encoders whose cosines are spread out, such as "
+                "all-MiniLM-L6-v2, use a larger temperature (e.g. 0.01-0.05). Count so far: loss.one_hot_steps.",
+                ZeroRetrieverGradientWarning,
+                stacklevel=2,
+            )
         lm_device = next(self.lm.parameters()).device
         return self.lm_loss(
             lm_input_ids.to(lm_device), lm_attention_mask.to(lm_device), sim.to(lm_device) if self.in_batch else None

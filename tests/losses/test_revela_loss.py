@@ -184,6 +184,38 @@ def test_only_nonzero_pairs_reach_the_attention_kernel(monkeypatch):
     assert batches == [bsz * (bsz - 1)]
 
 
+def test_pairs_are_found_once_per_forward_and_again_for_a_new_sim(monkeypatch):
+    from st_magnitude.losses import revela_attention
+
+    calls = []
+    original = revela_attention.active_pairs
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(revela_attention, "active_pairs", counting)
+    lm = enable_and_return(build_tiny_llama())
+    ids, mask = lm_batch(bsz=5)
+    sims = [torch.softmax(sparse_sim_logits(5, seed=s), dim=-1).detach() for s in (1, 2)]
+    assert not torch.equal(sims[0] != 0, sims[1] != 0)
+    state = RevelaAttentionState(mode="record", key_mask=mask.bool())
+    lm(input_ids=ids, attention_mask=mask, revela_state=state)
+    state.mode = "in_batch"
+    reused = []
+    for sim in sims:  # the same state, a new Sim: the pairs must follow it
+        state.sim = sim
+        reused.append(lm(input_ids=ids, attention_mask=mask, revela_state=state).logits)
+    assert len(calls) == 2  # once per forward, not once per layer (2 layers)
+    for sim, logits in zip(sims, reused):
+        torch.testing.assert_close(logits, revela_logits(lm, ids, mask, sim))
+
+
+def enable_and_return(lm):
+    enable_revela_attention(lm)
+    return lm
+
+
 def test_in_batch_term_rejects_bad_heads():
     q = torch.randn(3, 3, 4, 2)
     k = torch.randn(3, 2, 4, 2)
@@ -563,3 +595,28 @@ def test_other_supported_architectures(arch):
     logits = revela_logits(lm, ids, mask, random_sim(4), capture=capture)
     assert sorted(capture) == [0, 1] and (logits - reference).abs().max() > 1e-3
     assert max(p.norm(dim=-1).max() for p in capture.values()) <= 1.0 + 1e-5
+
+
+def test_one_hot_sim_warns_that_the_retriever_gets_no_gradient(tiny_model):
+    """At τ = 1e-4, spread-out cosines make every Sim row exactly one-hot: zero retriever gradient, and a warning."""
+    import warnings
+
+    from st_magnitude import ZeroRetrieverGradientWarning
+
+    ids, mask = lm_batch()
+    g = torch.Generator().manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(4, 8, generator=g), dim=-1).requires_grad_()
+    p = torch.nn.functional.normalize(torch.randn(4, 8, generator=g), dim=-1)
+    loss = RevelaLoss(tiny_model, build_tiny_llama(), temperature=1e-4)
+    with pytest.warns(ZeroRetrieverGradientWarning, match="exactly one-hot"):
+        value = loss.compute_loss_from_embeddings(q, p, ids, mask)
+    value.backward()
+    assert bool((loss.last_sim.max(dim=1).values == 1.0).all())
+    assert torch.count_nonzero(q.grad) == 0 and loss.one_hot_steps == 1
+
+    smooth = RevelaLoss(tiny_model, build_tiny_llama(), temperature=0.05)
+    q.grad = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ZeroRetrieverGradientWarning)
+        smooth.compute_loss_from_embeddings(q, p, ids, mask).backward()
+    assert q.grad.abs().sum() > 0 and smooth.one_hot_steps == 0
