@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--no-v-norm", action="store_true")
     parser.add_argument("--checkpoint-dense", action="store_true", help="checkpoint_in_batch=True for the dense row")
+    parser.add_argument(
+        "--skip-dense", action="store_true", help="leave the dense row out (its memory disturbs the rest)"
+    )
     parser.add_argument("--temperature", type=float, default=1e-4, help="τ of Sim (paper and default: 1e-4)")
     parser.add_argument("--embeddings", type=Path, default=None, help="real retriever embeddings (--make-embeddings)")
     parser.add_argument("--make-embeddings", type=Path, default=None, help="write real embeddings here and exit")
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = {
         "plain causal LM fwd+bwd": plain_step,  # the switched LM with no Revela state = stock SDPA (tested)
         f"RevelaLoss tau={args.temperature:g}": revela_step("paper", args.temperature, True),
-        dense_name: revela_step("dense", 0.05, True, args.checkpoint_dense),
+        **({} if args.skip_dense else {dense_name: revela_step("dense", 0.05, True, args.checkpoint_dense)}),
         f"RevelaLoss tau={args.temperature:g} cache_grad=False": revela_step("nocache", args.temperature, False),
     }
     times: dict[str, list[float]] = {name: [] for name in rows}
@@ -209,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Sim from: {source} ({len(groups)} groups)")
     plain_s = statistics.median(times["plain causal LM fwd+bwd"])
     print(f"{'':44s}{'s/step':>10s}{'ratio':>8s}{'pairs computed':>16s}")
-    for (name, ts), key in zip(times.items(), [None, "paper", "dense", "nocache"]):
+    keys = [None, "paper"] + ([] if args.skip_dense else ["dense"]) + ["nocache"]
+    for (name, ts), key in zip(times.items(), keys):
         med = statistics.median(ts)
         n_pairs = "" if key is None else f"{statistics.mean(pairs[key]):.1f}/{args.batch * (args.batch - 1)}"
         print(f"{name:44s}{med:10.4f}{med / plain_s:8.2f}{n_pairs:>16s}")
@@ -220,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         f"ratio RevelaLoss(tau={args.temperature:g}, {sim_kind}) / plain = {ratio:.2f} "
         f"(goal <= 2.2: {'met' if ratio <= 2.2 else 'NOT met'})"
     )
-    print(f"ratio RevelaLoss(tau=0.05, every pair) / plain = {ratios[dense_name]:.2f}")
+    if not args.skip_dense:
+        print(f"ratio RevelaLoss(tau=0.05, every pair) / plain = {ratios[dense_name]:.2f}")
     return 0
 
 
