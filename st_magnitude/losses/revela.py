@@ -94,7 +94,8 @@ class RevelaLoss(nn.Module):
                 False runs pass 1 without gradient (our speed option: saves pass 1's backward; the retriever's
                 gradient is unchanged in form, the LM then learns only through pass 2).
             checkpoint_in_batch: recompute the in-batch attention in backward (``torch.utils.checkpoint``) instead
-                of storing its intermediates for all B·(B-1) chunk pairs and layers: same gradients, less memory.
+                of storing its intermediates for every computed chunk pair (those with Sim > 0; all B·(B-1) of
+                them when τ is large) and layer: same gradients, less memory.
 
         References:
             - Revela: Dense Retriever Learning via Language Modeling, Cai et al., 2025: https://arxiv.org/abs/2506.16552
