@@ -32,6 +32,7 @@ with SmolLM2-135M's shape (30 layers, hidden 576, 9 heads / 3 KV heads, vocab 49
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from st_magnitude import ZeroRetrieverGradientWarning
     from st_magnitude.losses.revela import RevelaLoss
+    from st_magnitude.losses.revela_attention import active_pairs
 
     # expected here: at τ = 1e-4 most real MiniLM groups have one-hot Sim rows (timing is what is measured)
     warnings.filterwarnings("ignore", category=ZeroRetrieverGradientWarning)
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             q.grad = p.grad = None
             loss.temperature, loss.cache_grad, loss.checkpoint_in_batch = temperature, cache_grad, checkpoint
             loss.compute_loss_from_embeddings(q, p, ids, mask).backward()
-            pairs.setdefault(name, []).append(int((loss.last_sim > 0).sum()))
+            pairs.setdefault(name, []).append(active_pairs(loss.last_sim)[0].numel())
 
         return step
 
@@ -194,14 +196,22 @@ def main(argv: list[str] | None = None) -> int:
         f"RevelaLoss tau={args.temperature:g} cache_grad=False": revela_step("nocache", args.temperature, False),
     }
     times: dict[str, list[float]] = {name: [] for name in rows}
+    # CPU only: system time and minor page faults per step show allocator cost (fresh pages), not compute
+    sys_s: dict[str, list[float]] = {name: [] for name in rows}
+    faults: dict[str, list[int]] = {name: [] for name in rows}
     for r in range(args.warmup + args.repeats):
         for name, fn in rows.items():
             sync(args.device)
+            usage = resource.getrusage(resource.RUSAGE_SELF)
             start = time.perf_counter()
             fn(r)
             sync(args.device)
+            elapsed = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_SELF)
             if r >= args.warmup:
-                times[name].append(time.perf_counter() - start)
+                times[name].append(elapsed)
+                sys_s[name].append(after.ru_stime - usage.ru_stime)
+                faults[name].append(after.ru_minflt - usage.ru_minflt)
     import transformers
 
     print(
@@ -211,12 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"Sim from: {source} ({len(groups)} groups)")
     plain_s = statistics.median(times["plain causal LM fwd+bwd"])
-    print(f"{'':44s}{'s/step':>10s}{'ratio':>8s}{'pairs computed':>16s}")
+    print(f"{'':44s}{'s/step':>10s}{'ratio':>8s}{'pairs computed':>16s}{'sys s':>8s}{'minor faults':>14s}")
     keys = [None, "paper"] + ([] if args.skip_dense else ["dense"]) + ["nocache"]
     for (name, ts), key in zip(times.items(), keys):
         med = statistics.median(ts)
         n_pairs = "" if key is None else f"{statistics.mean(pairs[key]):.1f}/{args.batch * (args.batch - 1)}"
-        print(f"{name:44s}{med:10.4f}{med / plain_s:8.2f}{n_pairs:>16s}")
+        print(
+            f"{name:44s}{med:10.4f}{med / plain_s:8.2f}{n_pairs:>16s}"
+            f"{statistics.median(sys_s[name]):8.2f}{int(statistics.median(faults[name])):14d}"
+        )
     ratios = {name: statistics.median(ts) / plain_s for name, ts in times.items()}
     ratio = ratios[f"RevelaLoss tau={args.temperature:g}"]
     sim_kind = "synthetic Sim" if saved is None else "real Sim"

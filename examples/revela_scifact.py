@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss
+    from st_magnitude.losses.revela_attention import active_pairs
     from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler, build_revela_dataset
 
     retriever_path = args.retriever
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             step_times.append(time.perf_counter() - self.t)
             if loss.last_sim is not None:
                 sims.append(float(loss.last_sim.max(dim=1).values.mean()))
-                pairs.append(int((loss.last_sim > 0).sum()))  # pairs the in-batch attention computed
+                pairs.append(active_pairs(loss.last_sim)[0].numel())  # pairs the in-batch attention computed
             logger.info(
                 "step %d: %.1fs, mean max Sim %.3f, %d pairs", state.global_step, step_times[-1], sims[-1], pairs[-1]
             )

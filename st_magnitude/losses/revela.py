@@ -261,8 +261,9 @@ class RevelaLoss(nn.Module):
         if sim.requires_grad and bool((self.last_sim.max(dim=1).values == 1.0).all()):
             self.one_hot_steps += 1
             warnings.warn(
-                f"RevelaLoss: every row of Sim is exactly one-hot at temperature={self.temperature:g}, so the "
-                "retriever gets exactly zero gradient from this batch (the softmax Jacobian Sim·(δ − Sim) vanishes; "
+                "RevelaLoss: every row of Sim is one-hot (row maximum 1.0 in fp32) at "
+                f"temperature={self.temperature:g}, so the retriever gets no gradient from this batch, zero up to "
+                "fp32 rounding (the softmax Jacobian Sim·(δ − Sim) vanishes; "
                 "fp32 exp underflows once a cosine is about 100·τ below its row's best). The paper's τ = 1e-4 was "
                 "used with decoder (EOS-pooled LLM) retrievers; for encoders whose cosines are spread out, such as "
                 "all-MiniLM-L6-v2, use a larger temperature (e.g. 0.01-0.05). Count so far: loss.one_hot_steps.",

@@ -184,18 +184,25 @@ def test_only_nonzero_pairs_reach_the_attention_kernel(monkeypatch):
     assert batches == [bsz * (bsz - 1)]
 
 
-def test_pairs_are_found_once_per_forward_and_again_for_a_new_sim(monkeypatch):
+def count_calls(monkeypatch, name: str) -> list[int]:
+    """Replace ``revela_attention.<name>`` by a wrapper that appends to the returned list on every call."""
     from st_magnitude.losses import revela_attention
 
-    calls = []
-    original = revela_attention.active_pairs
+    calls: list[int] = []
+    original = getattr(revela_attention, name)
 
     def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(revela_attention, "active_pairs", counting)
-    lm = enable_and_return(build_tiny_llama())
+    monkeypatch.setattr(revela_attention, name, counting)
+    return calls
+
+
+def test_pairs_are_found_once_per_forward_and_again_for_a_new_sim(monkeypatch):
+    calls = count_calls(monkeypatch, "active_pairs")
+    lm = build_tiny_llama()
+    enable_revela_attention(lm)
     ids, mask = lm_batch(bsz=5)
     sims = [torch.softmax(sparse_sim_logits(5, seed=s), dim=-1).detach() for s in (1, 2)]
     assert not torch.equal(sims[0] != 0, sims[1] != 0)
@@ -209,11 +216,6 @@ def test_pairs_are_found_once_per_forward_and_again_for_a_new_sim(monkeypatch):
     assert len(calls) == 2  # once per forward, not once per layer (2 layers)
     for sim, logits in zip(sims, reused):
         torch.testing.assert_close(logits, revela_logits(lm, ids, mask, sim))
-
-
-def enable_and_return(lm):
-    enable_revela_attention(lm)
-    return lm
 
 
 def test_in_batch_term_rejects_bad_heads():
@@ -535,16 +537,7 @@ def test_lora_lm_via_peft_trains_and_checkpoints_adapters(tiny_model, sentences,
 
 
 def test_checkpointed_in_batch_term_gives_the_same_gradients(tiny_model, monkeypatch):
-    from st_magnitude.losses import revela_attention
-
-    calls = []
-    original = revela_attention.in_batch_term
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(revela_attention, "in_batch_term", counting)
+    calls = count_calls(monkeypatch, "in_batch_term")
     ids, mask = lm_batch()
     results = []
     n_calls = []
@@ -608,7 +601,7 @@ def test_one_hot_sim_warns_that_the_retriever_gets_no_gradient(tiny_model):
     q = torch.nn.functional.normalize(torch.randn(4, 8, generator=g), dim=-1).requires_grad_()
     p = torch.nn.functional.normalize(torch.randn(4, 8, generator=g), dim=-1)
     loss = RevelaLoss(tiny_model, build_tiny_llama(), temperature=1e-4)
-    with pytest.warns(ZeroRetrieverGradientWarning, match="exactly one-hot"):
+    with pytest.warns(ZeroRetrieverGradientWarning, match="one-hot"):
         value = loss.compute_loss_from_embeddings(q, p, ids, mask)
     value.backward()
     assert bool((loss.last_sim.max(dim=1).values == 1.0).all())
