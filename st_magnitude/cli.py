@@ -24,10 +24,21 @@ _COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (exit 2), naming the command; sub-commands inherit the class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def build_parser() -> argparse.ArgumentParser:
     from st_magnitude import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="st-magnitude",
         description="Magnitude-aware dense retrieval for sentence-transformers.",
     )
@@ -47,15 +58,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (one line, code 2), --help and --version: return the code
+        return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError) as exc:
-        print(f"st-magnitude {args.command}: error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        hint = getattr(args, "interrupt_hint", None)
+        print(f"st-magnitude {args.command}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        return 130
+    except (ValueError, OSError, ImportError) as exc:  # bad input, files, optional dependencies: one line
+        if args.verbose:
+            raise
+        print(f"st-magnitude {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 
 

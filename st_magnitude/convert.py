@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -177,39 +178,59 @@ def check_symmetric_use(
 # ----------------------------------------------------------------------------------------------------------------
 # surgery helpers
 # ----------------------------------------------------------------------------------------------------------------
-def _strip_list(modules: Iterable[nn.Module]) -> tuple[list[nn.Module], int]:
-    kept, removed = [], 0
-    for m in modules:
-        if _is_normalize(m) or isinstance(m, RoleNormalize):
-            removed += 1
-        else:
-            kept.append(m)
-    return kept, removed
+def _is_normalisation(m: nn.Module) -> bool:
+    return _is_normalize(m) or isinstance(m, RoleNormalize)
 
 
-def _backbone(model: SentenceTransformer) -> tuple[list[nn.Module], Router | None, int]:
-    """Modules without any normalisation. Unwraps a query/document Router that shares its backbone.
+def _strip_list(modules: Iterable[nn.Module], at_end: bool = True) -> tuple[list[nn.Module], int, int]:
+    """Remove the *trailing* normalisation modules (``at_end``: nothing follows the list in the model).
 
-    Returns ``(modules, two_tower_router, n_removed)``: ``two_tower_router`` is set (and stripped in place) when the
-    model's Router has genuinely different routes, which must be kept.
+    Returns ``(kept, removed, inner)``: a ``Normalize`` that feeds a later module (e.g. ``[..., Normalize, Dense]``)
+    is part of the encoder — removing it would change the embeddings — so it is kept and counted in ``inner``.
+    """
+    kept = list(modules)
+    removed = 0
+    while at_end and kept and _is_normalisation(kept[-1]):
+        kept.pop()
+        removed += 1
+    return kept, removed, sum(1 for m in kept if _is_normalize(m))
+
+
+def _warn_inner(inner: int, what: str) -> None:
+    if inner:
+        warnings.warn(
+            f"{what} kept {inner} Normalize module(s) that feed later modules (e.g. a Dense): they are part of the "
+            "encoder, and removing them would change the embeddings. Only a trailing Normalize (or one at the end of "
+            "a Router route) is removed.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _backbone(model: SentenceTransformer) -> tuple[list[nn.Module], Router | None, int, int]:
+    """Modules without their trailing normalisation. Unwraps a query/document Router that shares its backbone.
+
+    Returns ``(modules, two_tower_router, n_removed, n_inner)``: ``two_tower_router`` is set (and stripped in place)
+    when the model's Router has genuinely different routes, which must be kept; ``n_inner`` counts the Normalize
+    modules kept because later modules read their output (:func:`_strip_list`).
     """
     modules = list(model)
-    removed = 0
     if modules and isinstance(modules[0], Router):
         router = modules[0]
-        routes = _route_lists(router)
-        stripped = {name: _strip_list(seq) for name, seq in routes.items()}
-        removed += sum(n for _, n in stripped.values())
-        cores = [[id(m) for m in seq] for seq, _ in stripped.values()]
-        rest, n_rest = _strip_list(modules[1:])
-        removed += n_rest
+        rest, removed, inner = _strip_list(modules[1:])
+        routes_at_end = not rest  # a route's last module is the model's output only when nothing follows
+        stripped = {name: _strip_list(seq, at_end=routes_at_end) for name, seq in _route_lists(router).items()}
+        removed += sum(n for _, n, _ in stripped.values())
+        cores = [[id(m) for m in seq] for seq, _, _ in stripped.values()]
         if all(c == cores[0] for c in cores):
-            return list(next(iter(stripped.values()))[0]) + rest, None, removed
-        for name, (seq, _) in stripped.items():
+            first = next(iter(stripped.values()))
+            return list(first[0]) + rest, None, removed, inner + first[2]
+        inner += sum(i for _, _, i in stripped.values())
+        for name, (seq, _, _) in stripped.items():
             router.sub_modules[name] = nn.Sequential(*seq)
-        return [router] + rest, router, removed
-    kept, removed = _strip_list(modules)
-    return kept, None, removed
+        return [router] + rest, router, removed, inner
+    kept, removed, inner = _strip_list(modules)
+    return kept, None, removed, inner
 
 
 def _fresh_normalize() -> Normalize:
@@ -230,7 +251,8 @@ def apply_similarity(
 ) -> SentenceTransformer:
     """Turn ``model`` (in place) into a model that serves ``similarity`` with its own query/document roles.
 
-    Removes every ``Normalize`` (also inside Router routes), adds the role-specific rescaling φ_γ, and sets
+    Removes the trailing ``Normalize`` (also at the end of Router routes; one that feeds a later module, e.g. a
+    ``Dense``, is part of the encoder and is kept, with a warning), adds the role-specific rescaling φ_γ, and sets
     ``model.similarity_fn_name = "dot"``. For cosine/dot/qnorm/dnorm only built-in ST modules are used, so the saved
     model loads in stock sentence-transformers without ``trust_remote_code``; ``learnable`` adds a
     :class:`~st_magnitude.modules.RoleNormalize` holding γ̂q, γ̂d (trained, saved and reloaded with the model).
@@ -285,7 +307,9 @@ def apply_similarity(
     # a cosine model (plain, ending in Normalize) is about to lose its normalisation; re-converting an
     # already-converted model is not a strip
     was_cosine_model = carried_similarity(model) is None and model_gammas(model) == (1.0, 1.0)
-    backbone, two_tower, removed = _backbone(model)
+    backbone, two_tower, removed, inner = _backbone(model)
+    if warn_on_strip:
+        _warn_inner(inner, f"apply_similarity({name!r})")
     keeps_magnitude = name not in ("cosine",)
     if removed and keeps_magnitude and warn_on_strip and was_cosine_model:
         warnings.warn(
@@ -342,11 +366,14 @@ def strip_normalize(
     similarity_fn_name: str = "dot",
     warn: bool = True,
 ) -> SentenceTransformer | Path:
-    """Remove every ``Normalize`` module (top level and inside ``Router`` routes) and switch the similarity to dot.
+    """Remove the trailing ``Normalize`` (also at the end of ``Router`` routes) and switch the similarity to dot.
+
+    Only a ``Normalize`` whose output is the model's output is removed; one that feeds a later module (e.g.
+    ``[Transformer, Pooling, Normalize, Dense]``) is part of the encoder and is kept, with a warning.
 
     Works on a loaded model (returned, modified in place) or on a saved model folder, edited at file level without
-    loading any weights (``output_path`` = where to write the stripped copy; ``None`` edits the folder in place;
-    returns the folder's path).
+    loading any weights (``output_path`` = where to write the stripped copy; ``None`` edits the folder in place,
+    atomically: the edited copy is built beside it and swapped in by renames; returns the folder's path).
 
     Warns with :class:`MagnitudeCollapseWarning`: a cosine-pretrained model's norms were never trained, and
     fine-tuning it with a magnitude-keeping similarity on little data can collapse (paper 000 App. F, N.3).
@@ -368,17 +395,28 @@ def strip_normalize(
 
 
 def _backbone_strip_only(model: SentenceTransformer) -> tuple[list[nn.Module], None, int]:
-    """Remove Normalize modules only (RoleNormalize is kept: it is not a plain normalisation)."""
-    modules = list(model)
+    """Remove trailing Normalize modules only (RoleNormalize is kept: it is not a plain normalisation).
+
+    A Router's route-end Normalize counts as trailing when the Router is the last module left.
+    """
+    kept = list(model)
     removed = 0
-    for m in modules:
+    while kept and _is_normalize(kept[-1]):
+        kept.pop()
+        removed += 1
+    inner = 0
+    for i, m in enumerate(kept):
         if isinstance(m, Router):
             for name, seq in list(m.sub_modules.items()):
-                kept = [x for x in seq if not _is_normalize(x)]
-                removed += len(seq) - len(kept)
-                m.sub_modules[name] = nn.Sequential(*kept)
-    kept = [m for m in modules if not _is_normalize(m)]
-    removed += len(modules) - len(kept)
+                route = list(seq)
+                while i == len(kept) - 1 and route and _is_normalize(route[-1]):
+                    route.pop()
+                    removed += 1
+                inner += sum(1 for x in route if _is_normalize(x))
+                m.sub_modules[name] = nn.Sequential(*route)
+        elif _is_normalize(m):
+            inner += 1
+    _warn_inner(inner, "strip_normalize")
     return kept, None, removed
 
 
@@ -400,55 +438,106 @@ def _is_normalize_type(type_str: str) -> bool:
     return type_str.rsplit(".", 1)[-1] == "Normalize" and type_str.startswith("sentence_transformers.")
 
 
+def _write_json(path: Path, obj: Any) -> None:
+    """Write JSON to a temp file and rename it over ``path`` (never edits a file in place: safe with hard links)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
 def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str, warn: bool) -> Path:
+    """Strip a saved folder. The edit happens on a staging copy beside the target, which is then renamed into place,
+    so a failure at any step leaves the original (or no output) behind, never a half-edited model."""
     modules_file = src / "modules.json"
     if not modules_file.is_file():
         raise FileNotFoundError(f"{src} is not a saved SentenceTransformer folder (no modules.json)")
-    if dst is not None:
-        if dst.exists() and any(dst.iterdir()):
-            raise FileExistsError(f"output_path {dst} exists and is not empty")
-        shutil.copytree(src, dst, dirs_exist_ok=True)
-        root = dst
-    else:
-        root = src
-    entries: list[dict[str, Any]] = json.loads((root / "modules.json").read_text())
-    kept, removed = [], 0
-    for entry in entries:
-        if _is_normalize_type(entry.get("type", "")):
-            removed += 1
-            folder = root / entry.get("path", "")
-            if entry.get("path") and folder.is_dir():
-                shutil.rmtree(folder)
+    if dst is not None and dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise FileExistsError(f"output_path {dst} exists and is not empty")
+    target = (dst if dst is not None else src).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.strip-", dir=target.parent))
+    try:
+        # in place: hard links are safe (the original folder is discarded); a copy elsewhere gets its own files
+        shutil.copytree(src, stage, dirs_exist_ok=True, copy_function=_link_or_copy if dst is None else shutil.copy2)
+        removed, inner = _strip_staged(stage, similarity_fn_name)
+        if dst is None:
+            backup = src.with_name(f".{src.name}.strip-old-{os.getpid()}")
+            os.rename(src, backup)
+            try:
+                os.rename(stage, src)
+            except OSError:
+                os.rename(backup, src)
+                raise
+            shutil.rmtree(backup, ignore_errors=True)
         else:
-            kept.append(entry)
-            if entry.get("type", "").endswith(".Router"):
-                removed += _strip_router_folder(root / entry.get("path", ""))
-    (root / "modules.json").write_text(json.dumps(kept, indent=2))
+            if dst.exists():
+                dst.rmdir()
+            os.rename(stage, dst)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    _warn_inner(inner, "strip_normalize")
+    _warn_strip(removed, warn)
+    return target if dst is None else dst
+
+
+def _strip_staged(root: Path, similarity_fn_name: str) -> tuple[int, int]:
+    entries: list[dict[str, Any]] = json.loads((root / "modules.json").read_text())
+    kept = list(entries)
+    dropped: list[dict[str, Any]] = []
+    while kept and _is_normalize_type(kept[-1].get("type", "")):
+        dropped.append(kept.pop())
+    inner = sum(1 for e in kept if _is_normalize_type(e.get("type", "")))
+    removed = len(dropped)
+    for i, entry in enumerate(kept):
+        if entry.get("type", "").endswith(".Router"):
+            r, n = _strip_router_folder(root / entry.get("path", ""), at_end=i == len(kept) - 1)
+            removed += r
+            inner += n
+    _write_json(root / "modules.json", kept)
+    for entry in dropped:
+        folder = root / entry.get("path", "")
+        if entry.get("path") and folder.is_dir():
+            shutil.rmtree(folder)
     cfg_file = root / "config_sentence_transformers.json"
     cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
     cfg["similarity_fn_name"] = similarity_fn_name
-    cfg_file.write_text(json.dumps(cfg, indent=2))
-    _warn_strip(removed, warn)
-    return root
+    _write_json(cfg_file, cfg)
+    return removed, inner
 
 
-def _strip_router_folder(folder: Path) -> int:
+def _strip_router_folder(folder: Path, at_end: bool = True) -> tuple[int, int]:
+    """Strip the route-end Normalize modules of a saved Router (``at_end``: nothing follows the Router).
+
+    Returns ``(removed, inner)``; a module key still used by another route is kept.
+    """
     cfg_file = folder / "router_config.json"
     if not cfg_file.is_file():
-        return 0
+        return 0, 0
     cfg = json.loads(cfg_file.read_text())
     types: dict[str, str] = cfg.get("types", {})
-    drop = {key for key, t in types.items() if _is_normalize_type(t)}
-    if not drop:
-        return 0
-    removed = 0
-    for route, keys in cfg.get("structure", {}).items():
-        kept = [k for k in keys if k not in drop]
-        removed += len(keys) - len(kept)
-        cfg["structure"][route] = kept
-    for key in drop:
-        types.pop(key, None)
+    structure: dict[str, list[str]] = cfg.get("structure", {})
+    removed = inner = 0
+    for route, keys in structure.items():
+        keys = list(keys)
+        while at_end and keys and _is_normalize_type(types.get(keys[-1], "")):
+            keys.pop()
+            removed += 1
+        inner += sum(1 for k in keys if _is_normalize_type(types.get(k, "")))
+        structure[route] = keys
+    used = {k for keys in structure.values() for k in keys}
+    for key in [k for k, t in types.items() if _is_normalize_type(t) and k not in used]:
+        types.pop(key)
         if (folder / key).is_dir():
             shutil.rmtree(folder / key)
-    cfg_file.write_text(json.dumps(cfg, indent=2))
-    return removed
+    if removed:
+        _write_json(cfg_file, cfg)
+    return removed, inner

@@ -41,14 +41,21 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{name}", type=typ, default=None, help="override the profile")
     p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow the base model to run code outside sentence-transformers and st-magnitude (off by default)",
+    )
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from st_magnitude._cli_args import check_device
     from st_magnitude.experiments.compare import run_compare
 
     if args.quick and args.full:
         raise ValueError("choose one of --quick and --full")
+    check_device(args.device)
     profile = "full" if args.full else "quick"
     values = dict(PROFILES[profile])
     for key in ("steps", "batch_size", "max_seq_length", "learning_rate", "max_corpus", "max_queries", "kappa_pairs"):
@@ -69,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed if args.seed is not None else 42,
         device=args.device,
         kappa=not args.no_kappa,
+        trust_remote_code=args.trust_remote_code,
         **values,
     )
     run_compare(config, log=print)

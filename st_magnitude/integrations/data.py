@@ -1,8 +1,12 @@
-"""Local BEIR folders: loading with BEIR's ``GenericDataLoader``, validation, and NanoBEIR-style subsampling.
+"""Local BEIR folders: loading (BEIR's format, line-checked), validation, and NanoBEIR-style subsampling.
 
 A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``, ``text``) and
-``qrels/<split>.tsv`` (header ``query-id corpus-id score``; the published files have CRLF line endings, which the
-``csv`` module in ``GenericDataLoader`` handles).
+``qrels/<split>.tsv`` (header ``query-id corpus-id score``; the published files have CRLF line endings).
+:func:`load_beir` reads them exactly as BEIR's ``GenericDataLoader`` does (same dictionaries; tested against it),
+but checks every line: a malformed line raises a ``ValueError`` naming the file, its line number and what was
+expected (``GenericDataLoader`` reports only the position inside the line). Blank lines are skipped, ids are read
+as strings, a qrels file without a header row keeps its first row, and judged queries with empty text are reported
+with a warning (they are still scored: an empty query is a real, if degenerate, input).
 
 Subsampling (:func:`subsample`) follows NanoBEIR's recipe: keep a seeded subset of the queries, *all* their judged
 documents, and fill the corpus up to ``max_corpus`` with a fixed seeded sample of the remaining documents
@@ -11,15 +15,28 @@ documents, and fill the corpus up to ``max_corpus`` with a fixed seeded sample o
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
 import os
 import random
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BEIRData", "doc_text", "load_beir", "subsample", "validate_retrieval_data"]
+__all__ = [
+    "BEIRData",
+    "doc_text",
+    "load_beir",
+    "read_corpus",
+    "read_qrels",
+    "read_queries",
+    "subsample",
+    "validate_retrieval_data",
+]
 
 MISSING_POLICIES = ("raise", "drop")
 
@@ -98,7 +115,9 @@ def validate_retrieval_data(
             parts.append(f"{len(missing_q)} judged query id(s) missing from the queries (e.g. {missing_q[:5]})")
         msg = f"{name}: " + "; ".join(parts) + "."
         if on_missing == "raise":
-            raise ValueError(msg + " Fix the data, or pass on_missing='drop' (CLI: --on-missing drop) to drop them.")
+            raise ValueError(
+                msg + " Fix the data, or pass on_missing='drop' (evaluate / mteb run: --on-missing drop) to drop them."
+            )
         drop_d = set(missing_d)
         qrels = {q: {d: s for d, s in rel.items() if d not in drop_d} for q, rel in qrels.items() if q in queries}
         qrels = {q: rel for q, rel in qrels.items() if rel}
@@ -107,6 +126,114 @@ def validate_retrieval_data(
             raise ValueError(f"{name}: no judged query is left after dropping missing ids.")
     queries = {q: queries[q] for q in qrels}
     return corpus, queries, qrels
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line, decoding UTF-8 line by line so a bad byte names its line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start}).") from None
+
+
+def _jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno}); expected one object per line: "
+                f"{expected}."
+            ) from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object {expected}, got {type(obj).__name__}.")
+        if obj.get("_id") is None or obj.get("_id") == "":
+            raise ValueError(f'{path}:{lineno}: no "_id" field; expected {expected}.')
+        for key in ("text", "title"):
+            if obj.get(key) is not None and not isinstance(obj[key], str):
+                raise ValueError(
+                    f'{path}:{lineno}: "{key}" is a {type(obj[key]).__name__}, expected a string ({expected}).'
+                )
+        yield lineno, obj
+
+
+def _warn_duplicates(path: Path, dups: list[tuple[str, int]]) -> None:
+    if dups:
+        warnings.warn(
+            f"{path}: {len(dups)} duplicate _id(s), the last line wins as in BEIR (first: {dups[0][0]!r} at line "
+            f"{dups[0][1]}).",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def read_corpus(path: str | os.PathLike) -> dict[str, dict[str, str | None]]:
+    """``corpus.jsonl`` as ``GenericDataLoader`` reads it (``{_id: {"text", "title"}}``), every line checked."""
+    path = Path(path)
+    corpus: dict[str, dict[str, str | None]] = {}
+    dups = []
+    for lineno, obj in _jsonl(path, '{"_id": ..., "title": ..., "text": ...}'):
+        cid = str(obj["_id"])
+        if cid in corpus:
+            dups.append((cid, lineno))
+        corpus[cid] = {"text": obj.get("text"), "title": obj.get("title")}
+    _warn_duplicates(path, dups)
+    return corpus
+
+
+def read_queries(path: str | os.PathLike) -> tuple[dict[str, str | None], dict[str, int]]:
+    """``queries.jsonl`` as ``GenericDataLoader`` reads it (``{_id: text}``), plus each id's line number."""
+    path = Path(path)
+    queries: dict[str, str | None] = {}
+    where: dict[str, int] = {}
+    dups = []
+    for lineno, obj in _jsonl(path, '{"_id": ..., "text": ...}'):
+        qid = str(obj["_id"])
+        if qid in queries:
+            dups.append((qid, lineno))
+        queries[qid] = obj.get("text")
+        where[qid] = lineno
+    _warn_duplicates(path, dups)
+    return queries, where
+
+
+def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
+    """``qrels/<split>.tsv`` as ``GenericDataLoader`` reads it (``{query_id: {doc_id: score}}``), rows checked.
+
+    The first row is the header (``query-id corpus-id score``) unless its score column is an integer.
+    """
+    path = Path(path)
+    expected = "3 tab-separated columns: query-id, corpus-id, integer score"
+    qrels: dict[str, dict[str, int]] = {}
+    first = True
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        row = next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_MINIMAL))
+        if first:
+            first = False
+            if len(row) >= 3 and not _is_int(row[2]):
+                continue  # header
+        if len(row) < 3:
+            raise ValueError(f"{path}:{lineno}: expected {expected}; got {len(row)} column(s): {line.strip()!r}.")
+        if not _is_int(row[2]):
+            raise ValueError(f"{path}:{lineno}: score {row[2]!r} is not an integer; expected {expected}.")
+        if not row[0] or not row[1]:
+            raise ValueError(f"{path}:{lineno}: empty query-id or corpus-id; expected {expected}.")
+        qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    return qrels
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 def load_beir(
@@ -127,8 +254,6 @@ def load_beir(
         FileNotFoundError: the folder or one of its files does not exist (the message lists the available splits).
         ValueError: empty corpus, no judgements, or missing ids (see :func:`validate_retrieval_data`).
     """
-    from beir.datasets.data_loader import GenericDataLoader
-
     path = Path(folder)
     if not path.is_dir():
         raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
@@ -140,15 +265,20 @@ def load_beir(
             f"{path}: no qrels for split {split!r} (qrels/{split}.tsv). Available splits: "
             f"{_available_splits(path) or 'none'}."
         )
-    loader = GenericDataLoader(data_folder=str(path))
-    loader._load_corpus()
-    loader._load_queries()
-    loader.qrels_file = str(path / "qrels" / f"{split}.tsv")
-    loader._load_qrels()
+    corpus = read_corpus(path / "corpus.jsonl")
+    queries, query_lines = read_queries(path / "queries.jsonl")
+    qrels = read_qrels(path / "qrels" / f"{split}.tsv")
     # GenericDataLoader.load() would KeyError on a judged query missing from queries.jsonl; validate first
-    corpus, queries, qrels = validate_retrieval_data(
-        loader.corpus, loader.queries, loader.qrels, on_missing=on_missing, name=path.name
-    )
+    corpus, queries, qrels = validate_retrieval_data(corpus, queries, qrels, on_missing=on_missing, name=path.name)
+    empty = [q for q, text in queries.items() if not (text or "").strip()]
+    if empty:
+        warnings.warn(
+            f"{path / 'queries.jsonl'}: {len(empty)} judged quer{'y has' if len(empty) == 1 else 'ies have'} empty "
+            f"text (first: {empty[0]!r} at line {query_lines[empty[0]]}); "
+            f"{'it is' if len(empty) == 1 else 'they are'} scored as empty strings.",
+            UserWarning,
+            stacklevel=2,
+        )
     corpus = {cid: {"title": doc.get("title") or "", "text": doc.get("text") or ""} for cid, doc in corpus.items()}
     logger.info("Loaded %s/%s: %d docs, %d queries", path.name, split, len(corpus), len(queries))
     return BEIRData(name=path.name, corpus=corpus, queries=queries, qrels=qrels, split=split)

@@ -85,19 +85,24 @@ def evaluate_folders(
     on_missing: str = "raise",
     batch_size: int = 32,
     show_progress_bar: bool = False,
+    trust_remote_code: bool = False,
 ) -> list[dict[str, Any]]:
-    """:func:`evaluate_model` on each BEIR folder (optionally NanoBEIR-style subsampled, stated in each row)."""
+    """:func:`evaluate_model` on each BEIR folder (optionally NanoBEIR-style subsampled, stated in each row).
+
+    ``max_corpus`` / ``max_queries``: ``None`` keeps everything; a number must be >= 1 (0 is refused, not "no
+    limit"). ``trust_remote_code``: see :func:`~st_magnitude.integrations.models.load_model` (off by default).
+    """
     if not folders:
         raise ValueError("no dataset given: pass at least one BEIR folder (--data)")
     datasets = []
     for f in folders:  # load (and validate) everything before the slow encoding starts
         data = load_beir(f, split, on_missing=on_missing)
-        if max_corpus or max_queries:
+        if max_corpus is not None or max_queries is not None:
             data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
         datasets.append(data)
     if similarity is not None:
         get_similarity(similarity)  # validate the name early
-    model = load_model(model, max_seq_length=max_seq_length)
+    model = load_model(model, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code)
     return [
         evaluate_model(
             model,

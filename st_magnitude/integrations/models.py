@@ -1,22 +1,185 @@
-"""Loading models for evaluation, and the checks around query/document roles."""
+"""Loading models for evaluation, and the checks around query/document roles.
+
+**What a model may run when it is loaded.** A model folder (or hub repository) can name arbitrary Python classes in
+``modules.json`` (and in a ``Router``'s ``router_config.json``) and custom modeling code in a ``config.json``
+``auto_map``; loading it then imports that code. sentence-transformers >= 6 refuses such imports unless
+``trust_remote_code=True`` (``sentence_transformers.util.misc.import_module_class``: every class outside the
+``sentence_transformers.*`` namespace goes through that gate). :func:`load_model` keeps that default and allows
+exactly one thing more: classes of *this* package (``st_magnitude.*``, e.g. a learnable model's ``RoleNormalize``),
+which are code the user already runs. It hands them to ST as already imported classes through ST's own
+class-resolution hook (``SentenceTransformer._load_with_module_classes``, the mechanism ST's Trainer uses to
+reload a best checkpoint), with ``trust_remote_code=False`` for everything else; nothing is patched. Anything else —
+a class outside ST and st-magnitude, or an ``auto_map`` in any config file — is refused before any import unless the
+caller passes ``trust_remote_code=True`` (CLI: ``--trust-remote-code``).
+"""
 
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
+import json
 import logging
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 from st_magnitude.convert import apply_similarity, carried_similarity, is_asymmetric, model_gammas
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["describe_similarity", "has_roles", "load_model", "raw_model", "require_roles"]
+__all__ = [
+    "RemoteCodeError",
+    "check_model_code",
+    "describe_similarity",
+    "has_roles",
+    "inspect_model_code",
+    "load_model",
+    "raw_model",
+    "require_roles",
+]
+
+_ST_PREFIX = "sentence_transformers."
+_OWN_PREFIX = "st_magnitude."
+_CONFIG_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
 
 
-def load_model(model, *, device: str = "cpu", max_seq_length: int | None = None, trust_remote_code: bool = True):
+class RemoteCodeError(ValueError):
+    """The model names code outside sentence-transformers and st-magnitude, and the caller did not trust it."""
+
+
+def _read_json(path: str | None) -> Any:
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}); expected a sentence-transformers config file.") from exc
+
+
+def _own_class(ref: str) -> type | None:
+    """The class ``ref`` names when it is a torch module defined in this installed package, else ``None``.
+
+    Only modules found inside this package's own folder are imported (a model cannot point elsewhere).
+    """
+    import torch
+
+    import st_magnitude
+
+    module_path, _, name = ref.rpartition(".")
+    if not module_path.startswith(_OWN_PREFIX) or not name:
+        return None
+    root = Path(st_magnitude.__file__).resolve().parent
+    try:
+        spec = importlib.util.find_spec(module_path)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None or root not in Path(spec.origin).resolve().parents:
+        return None
+    cls = getattr(importlib.import_module(module_path), name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, torch.nn.Module) else None
+
+
+def inspect_model_code(model_name_or_path: str) -> dict[str, Any]:
+    """What code loading ``model_name_or_path`` would import, read from its config files without importing anything.
+
+    Returns ``{"own": {ref: class}, "foreign": [refs], "auto_map": [file: entries], "checked": bool}``: ``own`` are
+    ``st_magnitude.*`` module classes (resolved in this package), ``foreign`` every other non-``sentence_transformers``
+    class named in ``modules.json`` or a Router's config, ``auto_map`` the config files that name custom modeling
+    code. ``checked`` is False when the files could not be read (an unreachable hub id): ST's own gate still applies.
+    """
+    from sentence_transformers.util.file_io import load_file_path
+
+    report: dict[str, Any] = {"own": {}, "foreign": [], "auto_map": [], "checked": True}
+
+    def fetch(filename: str, subfolder: str = "") -> str | None:
+        try:
+            return load_file_path(model_name_or_path, filename, subfolder=subfolder)
+        except Exception:  # noqa: BLE001 - unreachable hub: leave the decision to ST's own gate
+            report["checked"] = False
+            return None
+
+    def classify(ref: str, where: str) -> None:
+        if not isinstance(ref, str) or ref.startswith(_ST_PREFIX):
+            return
+        cls = _own_class(ref)
+        if cls is not None:
+            report["own"][ref] = cls
+        else:
+            report["foreign"].append(f"{ref} ({where})")
+
+    entries = _read_json(fetch("modules.json")) or []
+    folders = [""]
+    for entry in entries if isinstance(entries, list) else []:
+        ref, sub = entry.get("type", ""), entry.get("path", "") or ""
+        classify(ref, "modules.json")
+        if sub:
+            folders.append(sub)
+        if isinstance(ref, str) and ref.endswith(".Router"):
+            router = _read_json(fetch("router_config.json", sub)) or _read_json(fetch("config.json", sub)) or {}
+            for key, sub_ref in (router.get("types") or {}).items():
+                classify(sub_ref, f"{sub}/router_config.json")
+                folders.append(f"{sub}/{key}" if sub else key)
+    for sub in dict.fromkeys(folders):
+        for fname in _CONFIG_FILES:
+            cfg = _read_json(fetch(fname, sub))
+            if isinstance(cfg, dict) and cfg.get("auto_map"):
+                report["auto_map"].append(f"{Path(sub, fname).as_posix()}: {json.dumps(cfg['auto_map'])}")
+    return report
+
+
+def _refusal(model: str, what: list[str]) -> RemoteCodeError:
+    return RemoteCodeError(
+        f"model {model!r} asks to run code outside sentence-transformers and st-magnitude ({'; '.join(what)}); "
+        "it was not imported. Inspect that code, then pass --trust-remote-code (Python: trust_remote_code=True) "
+        "to allow it."
+    )
+
+
+def check_model_code(model_name_or_path: str) -> dict[str, Any]:
+    """Raise :class:`RemoteCodeError` when loading would import code outside ST and st-magnitude (nothing imported).
+
+    Returns :func:`inspect_model_code`'s report otherwise.
+    """
+    report = inspect_model_code(model_name_or_path)
+    what = list(report["foreign"]) + [f"auto_map in {a}" for a in report["auto_map"]]
+    if what:
+        raise _refusal(model_name_or_path, what)
+    return report
+
+
+def _load_untrusted(path: str, device: str | None, **kwargs: Any):
+    """Load with ``trust_remote_code=False``, allowing only this package's own module classes."""
+    from sentence_transformers import SentenceTransformer
+
+    report = check_model_code(path)
+    try:
+        if report["own"]:
+            loader = getattr(SentenceTransformer, "_load_with_module_classes", None)
+            if loader is None:  # a future ST without the hook: refuse rather than patch
+                raise _refusal(path, [f"{ref} (modules.json)" for ref in report["own"]])
+            return loader(path, report["own"], device=device, trust_remote_code=False, **kwargs)
+        return SentenceTransformer(path, device=device, trust_remote_code=False, **kwargs)
+    except ValueError as exc:  # ST's own gate (e.g. a hub repo whose files could not be read beforehand)
+        if "trust_remote_code" in str(exc):
+            raise _refusal(path, [str(exc).splitlines()[0]]) from None
+        raise
+
+
+def load_model(
+    model,
+    *,
+    device: str | None = "cpu",
+    max_seq_length: int | None = None,
+    trust_remote_code: bool = False,
+):
     """A SentenceTransformer from a local folder (or an already loaded model), optionally capping sequence length.
+
+    ``trust_remote_code=False`` (default) imports nothing outside sentence-transformers and st-magnitude: a model
+    naming other classes in ``modules.json`` or custom modeling code in a config ``auto_map`` is refused with a
+    :class:`RemoteCodeError` before anything is imported (module docs). A model using this package's own modules
+    (a learnable model's ``RoleNormalize``) loads without the flag. ``trust_remote_code=True`` is ST's own switch.
 
     Raises ``FileNotFoundError`` for a path that does not exist (hub ids are tried only when the path does not look
     local, and fail offline with the hub's own error).
@@ -29,9 +192,14 @@ def load_model(model, *, device: str = "cpu", max_seq_length: int | None = None,
             if not (Path(path) / "modules.json").is_file() and not (Path(path) / "config.json").is_file():
                 raise FileNotFoundError(f"{path} is not a SentenceTransformer folder (no modules.json/config.json).")
         elif os.path.isabs(path) or path.startswith(".") or path.count("/") != 1:
-            raise FileNotFoundError(f"model folder {path!r} does not exist.")
+            raise FileNotFoundError(
+                f"model folder {path!r} does not exist (a hub id has the form 'organisation/name')."
+            )
         try:
-            model = SentenceTransformer(path, device=device, trust_remote_code=trust_remote_code)
+            if trust_remote_code:
+                model = SentenceTransformer(path, device=device, trust_remote_code=True)
+            else:
+                model = _load_untrusted(path, device)
         except OSError as exc:
             if Path(path).exists():
                 raise

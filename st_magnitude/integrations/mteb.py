@@ -10,7 +10,8 @@
   same NanoBEIR-style subsample as ``st-magnitude evaluate`` and ``ignore_identical_ids=True`` (BEIR's convention,
   as in our evaluator).
 * :func:`mteb_cli` is the ``mteb run`` shim (ECOSYSTEM.md §3.3): registers the local model in ``MODEL_REGISTRY``
-  (``loader_kwargs={"trust_remote_code": True}``) and the local tasks in mteb's task registry, then runs mteb's own
+  (loaded by :func:`~st_magnitude.integrations.models.load_model`: no code outside sentence-transformers and
+  st-magnitude unless ``trust_remote_code=True``) and the local tasks in mteb's task registry, then runs mteb's own
   CLI, which writes mteb's normal results files.
 """
 
@@ -85,7 +86,7 @@ def local_task_name(
     name = f"Local{stem}Retrieval"
     if split != "test":
         name += f"_{split}"
-    if max_corpus or max_queries:
+    if max_corpus is not None or max_queries is not None:
         name += f"_c{max_corpus or 'all'}q{max_queries or 'all'}s{seed}"
     return name
 
@@ -123,11 +124,14 @@ def make_local_task(
         raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
     if not (path / "qrels" / f"{split}.tsv").is_file():
         load_beir(path, split)  # raises the clear FileNotFoundError listing the available splits
+    for label, v in (("max_corpus", max_corpus), ("max_queries", max_queries)):
+        if v is not None and (not isinstance(v, int) or v <= 0):
+            raise ValueError(f"{label} must be a positive integer or None, got {v!r}")
     task_name = name or local_task_name(path, split, max_corpus, max_queries, seed)
     revision = _data_revision(path, split)
     sub = (
         f" Subsampled NanoBEIR-style: max_corpus={max_corpus}, max_queries={max_queries}, seed={seed}."
-        if (max_corpus or max_queries)
+        if (max_corpus is not None or max_queries is not None)
         else ""
     )
     metadata = TaskMetadata(
@@ -157,7 +161,7 @@ def make_local_task(
         from datasets import Dataset
 
         data = load_beir(path, split, on_missing=on_missing)
-        if max_corpus or max_queries:
+        if max_corpus is not None or max_queries is not None:
             data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
             logger.info("%s: %s", task_name, data.note)
         self.dataset = {"default": {split: _split_data(data, Dataset)}}
@@ -238,8 +242,12 @@ def mteb_wrapper(model, *, name: str | None = None, revision: str | None = None)
     return wrapper
 
 
-def register_local_model(path: str | os.PathLike, *, name: str | None = None, trust_remote_code: bool = True) -> str:
-    """Register a local model folder in mteb's ``MODEL_REGISTRY`` so ``mteb run -m <name>`` can load it."""
+def register_local_model(path: str | os.PathLike, *, name: str | None = None, trust_remote_code: bool = False) -> str:
+    """Register a local model folder in mteb's ``MODEL_REGISTRY`` so ``mteb run -m <name>`` can load it.
+
+    The folder is loaded by :func:`~st_magnitude.integrations.models.load_model`; without ``trust_remote_code`` a
+    model naming code outside sentence-transformers and st-magnitude is refused here, before mteb starts.
+    """
     mteb = _require_mteb()
     from mteb.models.model_implementations import MODEL_REGISTRY
     from mteb.models.model_meta import ModelMeta
@@ -247,6 +255,10 @@ def register_local_model(path: str | os.PathLike, *, name: str | None = None, tr
     folder = Path(path)
     if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
         raise FileNotFoundError(f"model folder {str(folder)!r} does not exist or is not a SentenceTransformer folder.")
+    if not trust_remote_code:
+        from st_magnitude.integrations.models import check_model_code
+
+        check_model_code(str(folder))
     key = name or str(folder)
     MODEL_REGISTRY[key] = ModelMeta.create_empty(
         overwrites=dict(
@@ -272,10 +284,14 @@ class _LocalLoader:
     def __call__(self, name: str, revision: str | None = None, **kwargs: Any):
         import mteb
 
+        from st_magnitude.integrations.models import load_model
+
         device = kwargs.pop("device", None)
         if device is not None and not isinstance(device, str):
             device = f"cuda:{device}"
-        return mteb.SentenceTransformerEncoderWrapper(self.folder, device=device, **kwargs)
+        trust = bool(kwargs.pop("trust_remote_code", False))
+        model = load_model(self.folder, device=device, trust_remote_code=trust)  # device None: ST picks
+        return mteb.SentenceTransformerEncoderWrapper(model, **kwargs)
 
     def __repr__(self) -> str:  # mteb stores loaders in metas that get printed
         return f"LocalLoader({self.folder!r})"
@@ -284,6 +300,21 @@ class _LocalLoader:
 # ----------------------------------------------------------------------------------------------------------------
 # evaluation
 # ----------------------------------------------------------------------------------------------------------------
+def _check_registered_model_trust(mteb, name: str) -> None:
+    """Refuse an mteb-registered model whose loader runs remote code, unless the caller trusted it."""
+    try:
+        meta = mteb.get_model_meta(name)
+    except Exception:  # noqa: BLE001 - not registered: mteb loads it with sentence-transformers' defaults
+        return
+    if (getattr(meta, "loader_kwargs", None) or {}).get("trust_remote_code"):
+        from st_magnitude.integrations.models import RemoteCodeError
+
+        raise RemoteCodeError(
+            f"mteb model {name!r} is loaded with trust_remote_code=True by mteb's registry (it runs the "
+            "repository's own code); pass --trust-remote-code (Python: trust_remote_code=True) to allow it."
+        )
+
+
 def _resolve_tasks(tasks: Sequence[Any], split: str, max_corpus, max_queries, seed) -> list[Any]:
     mteb = _require_mteb()
     out = []
@@ -372,12 +403,16 @@ def mteb_cli(
     max_corpus: int | None = None,
     max_queries: int | None = None,
     seed: int = 42,
+    on_missing: str = "raise",
+    trust_remote_code: bool = False,
 ) -> int:
     """``mteb`` CLI with local models and local BEIR folders (ECOSYSTEM.md §3.3 shim).
 
     ``argv`` are mteb CLI arguments (``["run", "-m", PATH, "-t", TASK_OR_FOLDER, ...]``). A ``-m`` that is a local
-    folder is registered in ``MODEL_REGISTRY`` (name = the absolute path, revision = content hash,
-    ``trust_remote_code=True``); each ``-t`` that is a folder becomes a registered local task (its name replaces
+    folder is registered in ``MODEL_REGISTRY`` (name = the absolute path, revision = content hash, loaded with
+    :func:`~st_magnitude.integrations.models.load_model` and ``trust_remote_code``); a registered mteb model whose
+    loader trusts remote code is refused unless ``trust_remote_code=True``; each ``-t`` that is a folder becomes a
+    registered local task (its name replaces
     the folder in ``argv``). Then mteb's own ``build_cli()`` parses and runs, so mteb's normal results files are
     written (``--output-folder``, default ``results``).
     """
@@ -394,9 +429,11 @@ def mteb_cli(
         if a in ("-m", "--model") and i + 1 < len(argv):
             m = argv[i + 1]
             if Path(m).exists():
-                m = register_local_model(Path(m).resolve())
+                m = register_local_model(Path(m).resolve(), trust_remote_code=trust_remote_code)
             elif os.sep in m and (m.startswith((".", os.sep)) or m.count("/") > 1):
                 raise FileNotFoundError(f"model folder {m!r} does not exist.")
+            elif not trust_remote_code:
+                _check_registered_model_trust(mteb, m)
             out += [a, m]
             i += 2
             in_tasks = False
@@ -410,7 +447,9 @@ def mteb_cli(
             in_tasks = False
         elif in_tasks:
             if Path(a).is_dir():
-                cls = make_local_task(a, split, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
+                cls = make_local_task(
+                    a, split, max_corpus=max_corpus, max_queries=max_queries, seed=seed, on_missing=on_missing
+                )
                 _register_task(cls)
                 a = cls.metadata.name
                 logger.info("registered local mteb task %s for %s", a, argv[i])

@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._cli_args import check_output_file, non_negative_int, positive_float
+
 logger = logging.getLogger(__name__)
 
 
@@ -30,9 +32,13 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--joint", action="store_true", help="fit the joint law L(D, N) per group (needs --n-column)")
     fit.add_argument("--n-column", default="n_params_m", help="model size in millions (default: n_params_m)")
     fit.add_argument("--negate", action="store_true", help="fit 1 - metric (for higher-is-better metrics)")
-    fit.add_argument("--bootstrap", type=int, default=0, help="residual-bootstrap refits for 95%% intervals")
+    fit.add_argument(
+        "--bootstrap", type=non_negative_int, default=0, help="residual-bootstrap refits for 95%% intervals"
+    )
     fit.add_argument("--seed", type=int, default=0)
-    fit.add_argument("--holdout", type=int, default=0, help="also fit without the N largest dims and predict them")
+    fit.add_argument(
+        "--holdout", type=non_negative_int, default=0, help="also fit without the N largest dims and predict them"
+    )
     fit.add_argument("--plot", default=None, help="write points + fitted curves to this image")
     fit.add_argument("--json", default=None, help="write the fits to this JSON file")
     fit.set_defaults(func=_cmd_fit)
@@ -40,9 +46,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
     choose = sub.add_parser("choose", help="cost-aware (N, D) choice under a FLOPs budget (paper 003 §4.5)")
     choose.add_argument("--law", default="BERT/TREC", help="paper preset (BERT/MS, BERT/TREC, Ettin/MS, Ettin/TREC)"
                         " or a JSON file with A, B, alpha, beta, delta")  # fmt: skip
-    choose.add_argument("--budget", type=float, nargs="+", required=True, help="FLOPs per query")
-    choose.add_argument("--docs", type=float, default=1e7, help="number of indexed documents M (default 1e7)")
-    choose.add_argument("--tokens", type=float, default=32, help="query length T in tokens (default 32)")
+    choose.add_argument("--budget", type=positive_float, nargs="+", required=True, help="FLOPs per query")
+    choose.add_argument("--docs", type=positive_float, default=1e7, help="number of indexed documents M (default 1e7)")
+    choose.add_argument("--tokens", type=positive_float, default=32, help="query length T in tokens (default 32)")
     choose.add_argument("--scoring", default="exhaustive", help="exhaustive or ann")
     choose.add_argument("--plot", default=None, help="write the budget curves to this image")
     choose.set_defaults(func=_cmd_choose)
@@ -70,6 +76,9 @@ def _float(row: dict[str, str], column: str, path: str) -> float:
 def _cmd_fit(args: argparse.Namespace) -> int:
     from st_magnitude.scaling.fit import fit_dimension_law, fit_joint_law
 
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path:
+            check_output_file(path, flag)  # before the fits, not after them
     rows = _read_rows(args.csv)
     columns = list(rows[0])
     group_cols = [c for c in args.group_by.split(",") if c]
@@ -133,7 +142,12 @@ def _load_law(spec: str) -> dict[str, float]:
         return PAPER_JOINT_LAWS[spec]
     path = Path(spec)
     if path.is_file():
-        law = json.loads(path.read_text())
+        try:
+            law = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(
+                f"--law {spec}: not valid JSON ({exc}); expected an object with A, B, alpha, beta, delta"
+            ) from None
         if len(law) == 1 and isinstance(next(iter(law.values())), dict):  # output of `scaling fit --joint --json`
             law = next(iter(law.values()))
         return law
@@ -143,6 +157,8 @@ def _load_law(spec: str) -> dict[str, float]:
 def _cmd_choose(args: argparse.Namespace) -> int:
     from st_magnitude.scaling.cost import index_bytes, optimal_allocation
 
+    if args.plot:
+        check_output_file(args.plot, "--plot")
     law = _load_law(args.law)
     print("budget      gamma    N (M params)  D          L_hat    index (fp32)")
     for budget in args.budget:
