@@ -50,9 +50,10 @@ def _strip(args: argparse.Namespace) -> int:
 
     if not (Path(args.model) / "modules.json").is_file():
         raise FileNotFoundError(f"{args.model} is not a saved SentenceTransformer folder (no modules.json)")
-    check_output_dir(
-        args.output or args.model, "--output" if args.output else "model folder", must_be_empty=bool(args.output)
-    )
+    if args.output:
+        check_output_dir(args.output, "--output", must_be_empty=True)
+    else:  # in place: the edited copy is staged beside the folder, then renamed over it
+        check_output_dir(Path(args.model).absolute().parent, "the folder holding the model")
     path = strip_normalize(Path(args.model), None if args.output is None else Path(args.output))
     print(f"stripped model written to {path}")
     return 0

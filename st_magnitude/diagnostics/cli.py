@@ -56,7 +56,7 @@ def add_subcommands(subparsers) -> None:
 
 def _check_args(args) -> None:
     """Everything that can be checked before loading a model or reading data."""
-    from st_magnitude.integrations.data import _available_splits
+    from st_magnitude.integrations.data import _available_splits, load_beir
 
     if args.n_pairs <= 1:
         raise ValueError(f"--n-pairs must be > 1, got {args.n_pairs}")
@@ -70,6 +70,7 @@ def _check_args(args) -> None:
                     f"{flag} {split!r}: {folder} has no qrels/{split}.tsv. Available splits: "
                     f"{_available_splits(path) or 'none'}."
                 )
+        load_beir(path, args.split)  # a malformed line or missing ids fail here, before the model is loaded
     check_output_dir(args.output, "--output")
     if not args.trust_remote_code and Path(args.model).is_dir():
         from st_magnitude.integrations.models import check_model_code

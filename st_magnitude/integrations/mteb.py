@@ -112,8 +112,9 @@ def make_local_task(
 ):
     """An mteb ``AbsTaskRetrieval`` subclass (a class, not an instance) that reads a local BEIR folder.
 
-    The data go through :func:`load_beir` (BEIR's ``GenericDataLoader`` + validation) and the same seeded
-    :func:`subsample` as ``st-magnitude evaluate``, so all paths see the same queries and corpus.
+    The data go through :func:`load_beir` (BEIR's format, every line checked) and the same seeded
+    :func:`subsample` as ``st-magnitude evaluate``, so all paths see the same queries and corpus. They are read
+    when the class is made, so a malformed folder fails before mteb loads any model.
     """
     mteb = _require_mteb()
     from mteb.abstasks import AbsTaskRetrieval
@@ -122,8 +123,6 @@ def make_local_task(
     path = Path(folder)
     if not path.is_dir():
         raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
-    if not (path / "qrels" / f"{split}.tsv").is_file():
-        load_beir(path, split)  # raises the clear FileNotFoundError listing the available splits
     for label, v in (("max_corpus", max_corpus), ("max_queries", max_queries)):
         if v is not None and (not isinstance(v, int) or v <= 0):
             raise ValueError(f"{label} must be a positive integer or None, got {v!r}")
@@ -155,15 +154,17 @@ def make_local_task(
         bibtex_citation=None,
     )
 
+    # read (and check) the folder now, so a malformed file fails before mteb loads the model
+    data = load_beir(path, split, on_missing=on_missing)
+    if max_corpus is not None or max_queries is not None:
+        data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
+        logger.info("%s: %s", task_name, data.note)
+
     def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
         if self.data_loaded:
             return
         from datasets import Dataset
 
-        data = load_beir(path, split, on_missing=on_missing)
-        if max_corpus is not None or max_queries is not None:
-            data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
-            logger.info("%s: %s", task_name, data.note)
         self.dataset = {"default": {split: _split_data(data, Dataset)}}
         self.data_loaded = True
 
