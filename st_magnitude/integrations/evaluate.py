@@ -20,6 +20,23 @@ __all__ = ["evaluate_folders", "evaluate_model", "format_table"]
 TABLE_COLUMNS = ("ndcg@10", "recall@100", "mrr@10", "pooled_auc", "per_query_auc")
 
 
+def _rescoring_similarity(similarity: str | Similarity) -> Similarity:
+    """The similarity to rescore raw embeddings with; only fixed per-role rescalings qualify (not tn)."""
+    from st_magnitude.integrations.cli import similarity_names
+
+    sim = get_similarity(similarity)
+    try:
+        ok = sim.name in similarity_names("rescore") if isinstance(similarity, str) else sim.gamma_query >= 0
+    except ValueError:  # e.g. tn: no γ
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"similarity {sim.name!r} cannot rescore raw embeddings (it is not a fixed per-role rescaling); "
+            f"choose from {', '.join(similarity_names('rescore'))}."
+        )
+    return sim
+
+
 def evaluate_model(
     model,
     data: BEIRData,
@@ -42,7 +59,7 @@ def evaluate_model(
     scored = model
     desc = describe_similarity(model)
     if similarity is not None:
-        sim = get_similarity(similarity)
+        sim = _rescoring_similarity(similarity)
         scored = raw_model(model)
         desc = f"{sim.name} on the raw embeddings (model normalisation removed)"
     t0 = time.perf_counter()
@@ -94,14 +111,14 @@ def evaluate_folders(
     """
     if not folders:
         raise ValueError("no dataset given: pass at least one BEIR folder (--data)")
+    if similarity is not None:
+        _rescoring_similarity(similarity)  # validate the name before any work
     datasets = []
     for f in folders:  # load (and validate) everything before the slow encoding starts
         data = load_beir(f, split, on_missing=on_missing)
         if max_corpus is not None or max_queries is not None:
             data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
         datasets.append(data)
-    if similarity is not None:
-        get_similarity(similarity)  # validate the name early
     model = load_model(model, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code)
     return [
         evaluate_model(

@@ -80,3 +80,12 @@ def test_max_corpus_zero_is_refused_not_unlimited(toy, tiny_model):
     for kwargs in ({"max_corpus": 0}, {"max_queries": 0}):
         with pytest.raises(ValueError, match="must be a positive integer"):
             evaluate_folders(tiny_model, [toy], **kwargs)
+
+
+def test_python_api_refuses_tn_for_rescoring_before_any_work(tmp_path, tiny_model):
+    from st_magnitude.similarity import TNSimilarity
+
+    with pytest.raises(ValueError, match="'tn' cannot rescore raw embeddings"):
+        evaluate_folders(tiny_model, [tmp_path / "not-even-read"], similarity="tn")
+    with pytest.raises(ValueError, match="cannot rescore"):
+        evaluate_folders(tiny_model, [tmp_path / "not-even-read"], similarity=TNSimilarity())
