@@ -3,6 +3,10 @@
 Sub-commands live beside the code they drive: each area module listed in ``_COMMAND_MODULES`` exposes
 ``add_subcommands(subparsers)`` and is imported lazily, so ``st-magnitude --help`` stays fast and one broken area
 does not take the others down.
+
+Errors are one line on stderr with exit code 2: usage errors from the parser, and ``ValueError`` / ``OSError`` /
+``ImportError`` raised by a command (``-v`` shows the traceback instead). Ctrl-C prints one line and exits 130; a
+command may add a hint to that line with ``set_defaults(interrupt_hint="...")``.
 """
 
 from __future__ import annotations

@@ -159,3 +159,24 @@ def test_sigint_is_one_line_not_a_traceback(world, tmp_path):
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip().splitlines() == ["st-magnitude evaluate: interrupted"]
     assert signal.SIGINT  # the signal the test sent
+
+
+def test_failed_diagnose_and_mteb_run_leave_no_output_folder(world, tmp_path, monkeypatch, capsys):
+    # failures after the command created its output folder (the up-front checks cannot foresee them)
+    import st_magnitude.diagnostics.report as report
+    from st_magnitude.integrations import mteb as our_mteb
+
+    def fail(*args, **kwargs):
+        raise ValueError("simulated failure mid-run")
+
+    monkeypatch.setattr(report, "_diagnose_dataset", fail)
+    out = tmp_path / "new" / "diag"
+    assert main(["diagnose", world["model"], "--data", world["toy"], "--no-kappa", "--output", str(out)]) == 2
+    assert "simulated failure mid-run" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+    monkeypatch.setattr(our_mteb._LocalLoader, "__call__", fail)
+    out = tmp_path / "mteb_out"
+    assert main(["mteb", "run", "-m", world["model"], "-t", world["toy"], "--output-folder", str(out)]) == 2
+    assert "simulated failure mid-run" in capsys.readouterr().err
+    assert not out.exists()
