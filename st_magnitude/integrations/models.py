@@ -119,7 +119,7 @@ def inspect_model_code(model_name_or_path: str) -> dict[str, Any]:
         if isinstance(ref, str) and ref.endswith(".Router"):
             router = _read_json(fetch("router_config.json", sub)) or _read_json(fetch("config.json", sub)) or {}
             for key, sub_ref in (router.get("types") or {}).items():
-                classify(sub_ref, f"{sub}/router_config.json")
+                classify(sub_ref, Path(sub, "router_config.json").as_posix())
                 folders.append(f"{sub}/{key}" if sub else key)
     for sub in dict.fromkeys(folders):
         for fname in _CONFIG_FILES:
