@@ -20,9 +20,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from sentence_transformers.base.losses import CachedLossMixin
 from sentence_transformers.util import all_gather_with_grad, get_rank, get_world_size
 from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
 from st_magnitude.convert import carried_similarity, model_gammas
 from st_magnitude.similarity import (
@@ -227,7 +229,8 @@ class CachedFamilyLoss(CachedLossMixin, nn.Module):
         check_has_negatives(2, len(features) - 1, type(self).__name__)
         if self.carried is not None:
             features = set_roles(features)  # before the mixin embeds: _create_minibatch keeps "task"
-        return self.forward_cached(features, labels)
+        sync_loss_held_gradients(self)
+        return forward_cached_scaled(self, features, labels)
 
     def _gathered(self, reps: list[list[Tensor]]) -> tuple[int, Tensor, list[Tensor], Tensor, int, int]:
         """(local batch size, queries, document columns, all documents, this rank's offset, world size)."""
@@ -238,3 +241,93 @@ class CachedFamilyLoss(CachedLossMixin, nn.Module):
         check_has_negatives(queries.size(0), len(docs), type(self).__name__)
         self._duplicates(docs[0], type(self).__name__)
         return local_queries.size(0), queries, docs, torch.cat(docs, dim=0), offset, world
+
+
+# --- parameters held by the loss (γ̂ of a learnable similarity on a plain model, the L2Dir NAP head) ---------------
+
+
+def loss_held_parameters(loss: nn.Module) -> list[nn.Parameter]:
+    """Trainable parameters of ``loss`` that are not the model's (the Trainer optimises them; DDP does not sync)."""
+    model = getattr(loss, "model", None)
+    in_model = {id(p) for p in model.parameters()} if isinstance(model, nn.Module) else set()
+    return [p for p in loss.parameters() if p.requires_grad and id(p) not in in_model]
+
+
+class _CarryGradients(torch.autograd.Function):
+    """Identity on the loss value; its backward hands each loss-held parameter ``grad_output × g``.
+
+    ``g`` is the gradient the GradCache step (2) computed for that parameter at unit scale. Whatever the caller
+    multiplies the returned loss by before ``backward`` (the Trainer's 1/gradient_accumulation_steps, the fp16
+    GradScaler's S, DDP/accelerate scaling) therefore reaches these parameters exactly as it reaches the backbone,
+    whose cached gradients ST's backward hook scales by the same ``grad_output``.
+    """
+
+    @staticmethod
+    def forward(ctx, loss: Tensor, grads: tuple[Tensor, ...], *params: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.grads = grads
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor):  # type: ignore[override]
+        return (grad_output, None, *(g * grad_output.to(g.dtype) for g in ctx.grads))
+
+
+def forward_cached_scaled(loss: CachedLossMixin, features: list[dict[str, Any]], labels: Tensor | None) -> Tensor:
+    """``loss.forward_cached`` whose returned loss also carries the gradient of the loss-held parameters.
+
+    GradCache computes the loss and back-propagates it inside ``forward`` (step 2), so a parameter of the loss itself
+    would receive its gradient there, at unit scale, bypassing the scale applied later to the returned loss
+    (gradient accumulation, fp16 loss scaling). Here that step-2 gradient is taken out of ``.grad`` (earlier
+    accumulated gradients are kept) and re-emitted through :class:`_CarryGradients` when the returned loss is
+    back-propagated, scaled like everything else.
+    """
+    params = loss_held_parameters(loss) if torch.is_grad_enabled() else []
+    if not params:
+        return loss.forward_cached(features, labels)
+    earlier = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    loss.__dict__["_in_gradcache_step"] = True  # the step-2 backward is not the outer one: no process sync here
+    try:
+        value = loss.forward_cached(features, labels)
+        step2 = [p.grad for p in params]
+    finally:
+        loss.__dict__["_in_gradcache_step"] = False
+        for p, g in zip(params, earlier):
+            p.grad = g
+    carried = [(p, g) for p, g in zip(params, step2) if g is not None]
+    if not carried:
+        return value
+    return _CarryGradients.apply(value, tuple(g for _, g in carried), *(p for p, _ in carried))
+
+
+def _average_over_processes(loss: nn.Module, grad: Tensor) -> Tensor | None:
+    if loss.__dict__.get("_in_gradcache_step", False) or not (dist.is_available() and dist.is_initialized()):
+        return None
+    world = dist.get_world_size()
+    if world <= 1:
+        return None
+    grad = grad.clone()
+    dist.all_reduce(grad)
+    return grad / world
+
+
+def sync_loss_held_gradients(loss: nn.Module) -> None:
+    """Average the gradients of the loss-held parameters over processes, as DDP does for the model's.
+
+    DDP wraps only the model, so without this each process would step γ̂ / the NAP head with its own local gradient
+    and the copies would drift apart. With ``gather_across_devices=True`` each process's loss is its share of the
+    global-batch loss (their mean is the loss of the full batch), so the average is the full-batch gradient.
+    Registered (once per parameter) only when a process group with more than one process is running and the loss
+    gathers or the model is wrapped in DDP; every process must then back-propagate the loss (they do under DDP).
+    """
+    if not (torch.is_grad_enabled() and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return
+    wrapped = isinstance(getattr(loss, "model", None), DistributedDataParallel)
+    if not (getattr(loss, "gather_across_devices", False) or wrapped):
+        return
+    hooked = loss.__dict__.setdefault("_synced_parameters", set())
+    for p in loss_held_parameters(loss):
+        if id(p) not in hooked:
+            p.register_hook(lambda grad, _loss=loss: _average_over_processes(_loss, grad))
+            hooked.add(id(p))

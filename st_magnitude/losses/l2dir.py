@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from sentence_transformers.base.losses import CachedLossMixin
 from torch import Tensor, nn
 
+from st_magnitude.losses._common import forward_cached_scaled, sync_loss_held_gradients
 from st_magnitude.modules.nap_head import NAP_INPUTS, NAPHead, NAPInputTap, modality_key
 from st_magnitude.similarity import get_similarity
 
@@ -590,7 +591,8 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
         sentence_features = list(sentence_features)
         self._check_columns(sentence_features)
         self._modalities = [modality_key(f.get("modality")) for f in sentence_features]
-        loss = self.forward_cached(sentence_features, labels)
+        sync_loss_held_gradients(self)
+        loss = forward_cached_scaled(self, sentence_features, labels)
         nce, tn = self._last_parts
         # Split the hooked total into its two parts for logging; their sum is `loss` and both gradients reach
         # its hook (weights w and 1 − w add up to 1).
