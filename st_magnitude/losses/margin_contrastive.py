@@ -282,11 +282,12 @@ class BertRecipeLoss(MarginContrastiveLoss):
             ::
 
                 from sentence_transformers import SentenceTransformer
+                from st_magnitude import strip_normalize
                 from st_magnitude.losses.margin_contrastive import BertRecipeLoss
                 from st_magnitude.modules.dimension_projection import add_dimension_projection
 
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
-                model = model[:2]  # Transformer + Pooling: drop Normalize for the raw-dot recipe
+                strip_normalize(model)  # Transformer + Pooling, similarity "dot": the raw-dot recipe
                 add_dimension_projection(model, 1536)
                 loss = BertRecipeLoss(model)
         """
@@ -474,9 +475,10 @@ class MagnitudeMatryoshkaLoss(nn.Module):
             ::
 
                 from sentence_transformers import SentenceTransformer
+                from st_magnitude import strip_normalize
                 from st_magnitude.losses.margin_contrastive import BertRecipeLoss, MagnitudeMatryoshkaLoss
 
-                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")[:2]
+                model = strip_normalize(SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2"))
                 loss = MagnitudeMatryoshkaLoss(model, BertRecipeLoss(model), [384, 128, 32])
         """
         super().__init__()

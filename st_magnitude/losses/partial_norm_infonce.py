@@ -247,7 +247,8 @@ class CachedPartialNormInfoNCELoss(CachedFamilyLoss):
                 from st_magnitude.losses import CachedPartialNormInfoNCELoss
 
                 model = apply_similarity(SentenceTransformer("all-MiniLM-L6-v2"), "dnorm")
-                loss = CachedPartialNormInfoNCELoss(model, mini_batch_size=32)  # then per_device_train_batch_size=4096
+                # similarity=None: train what the model carries (dnorm); per_device_train_batch_size=4096 then fits
+                loss = CachedPartialNormInfoNCELoss(model, similarity=None, mini_batch_size=32)
         """
         super().__init__()
         if not (isinstance(scale, (int, float)) and scale > 0):
