@@ -131,20 +131,93 @@ def set_roles(sentence_features: Iterable[dict[str, Any]]) -> list[dict[str, Any
     return features
 
 
-def gather(queries: Tensor, docs: list[Tensor], enabled: bool) -> tuple[Tensor, list[Tensor], int, int]:
-    """All-gather (with gradients, like ST's MNRL) when ``enabled``; returns ``(queries, docs, offset, world)``."""
-    if not enabled:
-        return queries, docs, 0, 1
-    batch_size = queries.size(0)
-    queries = all_gather_with_grad(queries)
-    docs = [all_gather_with_grad(d) for d in docs]
-    world = get_world_size()
-    if queries.size(0) != batch_size * world:
+def column_name(index: int) -> str:
+    """The role of input column ``index``: anchor, positive, negative_1, ..."""
+    return ("anchor", "positive")[index] if index < 2 else f"negative_{index - 1}"
+
+
+def feature_rows(features: dict[str, Any]) -> int:
+    """Rows (inputs) in one tokenized column; 0 when it holds no batch tensor (an empty batch)."""
+    if "cu_seq_lens_q" in features:
+        return len(features["cu_seq_lens_q"]) - 1
+    for key in ("input_ids", "attention_mask", "pixel_values", "sentence_embedding"):
+        value = features.get(key)
+        if isinstance(value, Tensor) and value.ndim > 0:
+            return value.shape[0]
+    return next((v.shape[0] for v in features.values() if isinstance(v, Tensor) and v.ndim > 0), 0)
+
+
+def check_columns(rows: list[int], loss_name: str) -> None:
+    """Raise a clear error for fewer than 2 columns, an empty batch, or columns whose row counts differ."""
+    if len(rows) < 2:
         raise ValueError(
-            "gather_across_devices=True needs the same per-device batch size on every process; use "
-            "dataloader_drop_last=True."
+            f"{loss_name} needs at least 2 input columns (anchor, positive, negative_1, ...), got {len(rows)}."
         )
-    return queries, docs, get_rank() * batch_size, world
+    if max(rows) == 0:
+        raise ValueError(f"{loss_name}: the batch is empty (0 rows in every column); there is nothing to score.")
+    if len(set(rows)) > 1:
+        counts = ", ".join(f"{column_name(i)} {n}" for i, n in enumerate(rows))
+        raise ValueError(
+            f"{loss_name}: every input column must hold one row per anchor (row i of each column belongs to anchor "
+            f"i), but the columns have {counts} rows."
+        )
+
+
+def check_finite(columns: list[Tensor], loss_name: str, what: str = "embeddings") -> None:
+    """Raise when any embedding is NaN or infinite, naming the column, its rows and (when distributed) the process.
+
+    A single non-finite embedding makes the loss and every gradient NaN; the check costs one device sync.
+    """
+    bad_rows = [~torch.isfinite(c.detach()).reshape(c.size(0), -1).all(dim=1) for c in columns]
+    if not bool(torch.stack([b.any() for b in bad_rows]).any()):
+        return
+    where = []
+    for i, bad in enumerate(bad_rows):
+        rows = bad.nonzero().flatten().tolist()
+        if rows:
+            shown = ", ".join(map(str, rows[:8])) + (", ..." if len(rows) > 8 else "")
+            where.append(f"column {i} ({column_name(i)}) rows [{shown}]")
+    rank = f" on process {get_rank()}" if get_world_size() > 1 else ""
+    raise ValueError(
+        f"{loss_name}: {what} are NaN or infinite in {'; '.join(where)} of this batch{rank} (0-based rows of the "
+        "batch). The loss and every gradient would be NaN. Usual causes: fp16 overflow in the model (train in bf16 "
+        "or fp32), a diverged step (lower the learning rate, clip gradients), or NaN/inf inputs."
+    )
+
+
+def _check_same_rows_across_processes(rows: int, device: torch.device, loss_name: str) -> None:
+    """All-gather the per-process batch sizes first: gathering unequal tensors would abort the process (gloo)."""
+    world = get_world_size()
+    local = torch.tensor([rows], dtype=torch.long, device=device)
+    sizes = [torch.zeros_like(local) for _ in range(world)]
+    dist.all_gather(sizes, local)
+    sizes_list = [int(t) for t in sizes]
+    if len(set(sizes_list)) > 1:
+        raise ValueError(
+            f"{loss_name}: gather_across_devices=True needs the same per-device batch size on every process, got "
+            f"{sizes_list} (process 0, 1, ...). Use dataloader_drop_last=True so no process gets a short last batch."
+        )
+
+
+def gather(
+    queries: Tensor, docs: list[Tensor], enabled: bool, loss_name: str = "loss"
+) -> tuple[Tensor, list[Tensor], int, int]:
+    """All-gather (with gradients, like ST's MNRL) when ``enabled``; returns ``(queries, docs, offset, world)``.
+
+    The per-process batch sizes are compared first (one small all-gather) and unequal sizes raise ``ValueError``.
+    """
+    gathered, offset, world = gather_columns([queries, *docs], enabled, loss_name)
+    return gathered[0], gathered[1:], offset, world
+
+
+def gather_columns(columns: list[Tensor], enabled: bool, loss_name: str = "loss") -> tuple[list[Tensor], int, int]:
+    """All-gather every column (with gradients) when ``enabled``; returns ``(columns, offset, world)``, where this
+    process's rows are ``offset:offset + rows`` of each gathered column. Unequal per-process sizes raise."""
+    if not enabled or get_world_size() <= 1:
+        return list(columns), 0, 1
+    batch_size = columns[0].size(0)
+    _check_same_rows_across_processes(batch_size, columns[0].device, loss_name)
+    return [all_gather_with_grad(c) for c in columns], get_rank() * batch_size, get_world_size()
 
 
 def check_has_negatives(world_batch_size: int, n_doc_columns: int, loss_name: str) -> None:
@@ -159,6 +232,18 @@ def check_has_negatives(world_batch_size: int, n_doc_columns: int, loss_name: st
             "batch size of at least 2 (in-batch negatives) or add hard-negative columns (anchor, positive, "
             "negative_1, ...)."
         )
+
+
+def prepare_columns(columns: list[Tensor], enabled: bool, loss_name: str) -> tuple[Tensor, list[Tensor], int, int]:
+    """Validate per-column embeddings (count, equal rows, finite), gather them when ``enabled``, check negatives.
+
+    Returns ``(queries, docs, offset, world)`` like :func:`gather`.
+    """
+    check_columns([c.size(0) for c in columns], loss_name)
+    check_finite(columns, loss_name)
+    queries, docs, offset, world = gather(columns[0], list(columns[1:]), enabled, loss_name)
+    check_has_negatives(queries.size(0), len(docs), loss_name)
+    return queries, docs, offset, world
 
 
 class DuplicateCheck:
@@ -226,7 +311,7 @@ class CachedFamilyLoss(CachedLossMixin, nn.Module):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
-        check_has_negatives(2, len(features) - 1, type(self).__name__)
+        check_columns([feature_rows(f) for f in features], type(self).__name__)
         if self.carried is not None:
             features = set_roles(features)  # before the mixin embeds: _create_minibatch keeps "task"
         sync_loss_held_gradients(self)
@@ -234,13 +319,11 @@ class CachedFamilyLoss(CachedLossMixin, nn.Module):
 
     def _gathered(self, reps: list[list[Tensor]]) -> tuple[int, Tensor, list[Tensor], Tensor, int, int]:
         """(local batch size, queries, document columns, all documents, this rank's offset, world size)."""
-        local_queries = torch.cat(reps[0])
-        queries, docs, offset, world = gather(
-            local_queries, [torch.cat(r) for r in reps[1:]], self.gather_across_devices
-        )
-        check_has_negatives(queries.size(0), len(docs), type(self).__name__)
+        sync_loss_held_gradients(self)
+        columns = [torch.cat(r) for r in reps]
+        queries, docs, offset, world = prepare_columns(columns, self.gather_across_devices, type(self).__name__)
         self._duplicates(docs[0], type(self).__name__)
-        return local_queries.size(0), queries, docs, torch.cat(docs, dim=0), offset, world
+        return columns[0].size(0), queries, docs, torch.cat(docs, dim=0), offset, world
 
 
 # --- parameters held by the loss (γ̂ of a learnable similarity on a plain model, the L2Dir NAP head) ---------------
