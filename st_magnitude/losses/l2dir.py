@@ -245,7 +245,7 @@ class InfoTNLoss(_StatsMixin, nn.Module):
             )
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        sentence_features = list(sentence_features)
+        sentence_features = [dict(f) for f in sentence_features]  # a BatchEncoding output is no dict for the tap
         check_columns([feature_rows(f) for f in sentence_features], type(self).__name__)
         states = [self.tap.embed(f, self.model)[1] for f in sentence_features]
         modalities = [modality_key(f.get("modality")) for f in sentence_features]
@@ -425,7 +425,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
     def forward(
         self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None
     ) -> dict[str, Tensor]:
-        sentence_features = list(sentence_features)
+        sentence_features = [dict(f) for f in sentence_features]  # a BatchEncoding output is no dict for the tap
         self._check_columns(sentence_features)
         embeddings, states = [], []
         for features in sentence_features:
