@@ -527,8 +527,9 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
         into the backbone. (The authors' release builds the NAP-side surrogate but never back-propagates it,
         digest 002 §8.3; here the two parts provably match :class:`L2DirLoss` — see the gradient-equality test.)
         The NAP head's own gradient is computed in step (2) and handed back through the returned loss, so the
-        Trainer's gradient-accumulation divisor and the fp16 loss scale reach it exactly as they reach the backbone. The loss over the batch is computed in one piece
-        (``B × B`` logits), so ``mini_batch_size`` bounds the backbone's activations only.
+        Trainer's gradient-accumulation divisor and the fp16 loss scale reach it exactly as they reach the backbone.
+        The loss over the batch is computed in one piece (``B × B`` logits), so ``mini_batch_size`` bounds the
+        backbone's activations only.
 
         Args:
             model, lambda_, temperature, tn_temperature, nap_head, nap_input, final_norm, nap_hidden_features, eps,
