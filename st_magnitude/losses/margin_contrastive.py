@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from st_magnitude.losses._common import check_columns, check_finite
 from st_magnitude.similarity import Similarity, get_similarity
 
 logger = logging.getLogger(__name__)
@@ -185,6 +186,8 @@ class MarginContrastiveLoss(nn.Module):
         """
         if len(embeddings) < 2:
             raise ValueError(f"expected at least query and positive embeddings, got {len(embeddings)}")
+        check_columns([e.shape[0] for e in embeddings], type(self).__name__)
+        check_finite(list(embeddings), type(self).__name__)
         q, pos, negs = embeddings[0], embeddings[1], list(embeddings[2:])
         out: dict[str, Tensor] = {}
         if self.margin_mse_weight > 0:

@@ -111,3 +111,16 @@ def test_infotn_collapse_warning_still_raised(tiny_model):
     with warnings.catch_warnings():
         warnings.simplefilter("error", InfoTNCollapseWarning)
         InfoTNLoss(tiny_model, warn_collapse=False)
+
+
+def test_margin_contrastive_checks_columns_and_finiteness():
+    from st_magnitude.losses import EttinRecipeLoss
+
+    loss = EttinRecipeLoss(torch.nn.Sequential())
+    q, p = torch.randn(4, 3), torch.randn(3, 3)
+    with pytest.raises(ValueError, match="anchor 4, positive 3"):
+        loss.compute_loss_from_embeddings([q, p], None)
+    p = torch.randn(4, 3)
+    p[3, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"column 1 \(positive\) rows \[3\]"):
+        loss.compute_loss_from_embeddings([q, p], None)
