@@ -36,6 +36,14 @@ LOSSES = {
 }
 
 
+@pytest.fixture(scope="module")
+def tiny_model(tiny_bert_dir):
+    """One model for the module: these tests never train it (a forward per test, then an error)."""
+    from conftest import build_tiny_st
+
+    return build_tiny_st(tiny_bert_dir, normalize=True)
+
+
 def _call(loss, features):
     out = loss(features, None)
     return torch.stack(list(out.values())).sum() if isinstance(out, dict) else out
