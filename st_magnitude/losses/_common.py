@@ -168,7 +168,8 @@ def check_finite(columns: list[Tensor], loss_name: str, what: str = "embeddings"
 
     A single non-finite embedding makes the loss and every gradient NaN; the check costs one device sync.
     """
-    bad_rows = [~torch.isfinite(c.detach()).reshape(c.size(0), -1).all(dim=1) for c in columns]
+    finite = [torch.isfinite(c.detach()) for c in columns]
+    bad_rows = [~(f.flatten(1) if f.ndim > 1 else f.unsqueeze(1)).all(dim=1) for f in finite]
     if not bool(torch.stack([b.any() for b in bad_rows]).any()):
         return
     where = []
