@@ -26,6 +26,15 @@ import torch.nn.functional as F
 from sentence_transformers.base.losses import CachedLossMixin
 from torch import Tensor, nn
 
+from st_magnitude.losses._common import (
+    check_columns,
+    check_finite,
+    check_has_negatives,
+    feature_rows,
+    forward_cached_scaled,
+    gather_columns,
+    sync_loss_held_gradients,
+)
 from st_magnitude.modules.nap_head import NAP_INPUTS, NAPHead, NAPInputTap, modality_key
 from st_magnitude.similarity import get_similarity
 
@@ -70,25 +79,29 @@ def _check_temperature(name: str, value: float) -> float:
     return float(value)
 
 
-def _in_batch_labels(n_anchors: int, n_candidates: int, device: torch.device) -> Tensor:
+def _in_batch_labels(n_anchors: int, n_candidates: int, device: torch.device, labels: Tensor | None) -> Tensor:
+    if labels is not None:
+        return labels
     if n_candidates < n_anchors:
         raise ValueError(f"need at least as many candidates as anchors, got {n_candidates} < {n_anchors}")
     return torch.arange(n_anchors, device=device)
 
 
-def info_nce_loss(anchors: Tensor, candidates: Tensor, temperature: float) -> Tensor:
-    """Eq. 6: cross-entropy over cos(anchor_i, candidate_j)/τ; candidate i is anchor i's positive.
+def info_nce_loss(anchors: Tensor, candidates: Tensor, temperature: float, labels: Tensor | None = None) -> Tensor:
+    """Eq. 6: cross-entropy over cos(anchor_i, candidate_j)/τ; candidate ``labels[i]`` (default i) is the positive.
 
     Identical to sentence-transformers' ``MultipleNegativesRankingLoss(scale=1/τ)`` (the default cosine).
     """
     logits = get_similarity("cosine")(anchors, candidates) / temperature
-    return F.cross_entropy(logits, _in_batch_labels(len(anchors), len(candidates), logits.device))
+    return F.cross_entropy(logits, _in_batch_labels(len(anchors), len(candidates), logits.device, labels))
 
 
-def info_tn_loss(anchors: Tensor, candidates: Tensor, temperature: float, eps: float = 1e-8) -> Tensor:
+def info_tn_loss(
+    anchors: Tensor, candidates: Tensor, temperature: float, eps: float = 1e-8, labels: Tensor | None = None
+) -> Tensor:
     """Eq. 7: cross-entropy over sim_TN(anchor_i, candidate_j)/τ_TN on *un-normalized* vectors (fp32)."""
     logits = get_similarity("tn", eps=eps)(anchors, candidates) / temperature
-    return F.cross_entropy(logits, _in_batch_labels(len(anchors), len(candidates), logits.device))
+    return F.cross_entropy(logits, _in_batch_labels(len(anchors), len(candidates), logits.device, labels))
 
 
 def _length_stats(anchor: Tensor, positive: Tensor) -> dict[str, float]:
@@ -232,11 +245,8 @@ class InfoTNLoss(_StatsMixin, nn.Module):
             )
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        sentence_features = list(sentence_features)
-        if len(sentence_features) < 2:
-            raise ValueError(
-                f"InfoTNLoss needs at least 2 input columns (anchor, positive), got {len(sentence_features)}"
-            )
+        sentence_features = [dict(f) for f in sentence_features]  # a BatchEncoding output is no dict for the tap
+        check_columns([feature_rows(f) for f in sentence_features], type(self).__name__)
         states = [self.tap.embed(f, self.model)[1] for f in sentence_features]
         modalities = [modality_key(f.get("modality")) for f in sentence_features]
         return self.compute_loss_from_embeddings(states, labels, modalities=modalities)
@@ -245,6 +255,11 @@ class InfoTNLoss(_StatsMixin, nn.Module):
         self, embeddings: list[Tensor], labels: Tensor | None = None, modalities: list[str] | None = None
     ) -> Tensor:
         """InfoTN on per-column un-normalized states ``embeddings`` (NAP applied first when a head is set)."""
+        name = type(self).__name__
+        sync_loss_held_gradients(self)
+        check_columns([e.size(0) for e in embeddings], name)
+        check_finite(list(embeddings), name, "un-normalized states")
+        check_has_negatives(embeddings[0].size(0), len(embeddings) - 1, name)
         vectors = _project(self.nap_head, embeddings, modalities)
         self._record_stats(_length_stats(vectors[0], vectors[1]))
         return info_tn_loss(vectors[0], torch.cat(vectors[1:]), self.temperature, self.eps)
@@ -291,6 +306,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
         final_norm: str | dict[str, str] | None = None,
         nap_hidden_features: int | None = None,
         eps: float = 1e-8,
+        gather_across_devices: bool = False,
     ) -> None:
         """L2Dir: λ·InfoNCE(cosine on the embedding, τ) + (1−λ)·InfoTN(NAP output, τ_TN) (paper 002 eq. 8).
 
@@ -319,6 +335,9 @@ class L2DirLoss(_StatsMixin, nn.Module):
             final_norm: dotted path(s) of the final norm inside the Hugging Face model (``pre_final_norm``).
             nap_hidden_features: build the default head as a bottleneck d → h → d (e.g. 16) instead of a Linear.
             eps: smoothing inside the square roots of sim_TN.
+            gather_across_devices: gather the candidates (embeddings and NAP outputs, with gradients) from all
+                processes, so every anchor is scored against the global batch as in the paper (a global batch of
+                1024 over its GPUs); the NAP head's gradients are averaged over processes like the model's.
 
         References:
             - L2Dir: Integrating L2-Norm and Directional Alignment for Unsupervised Contrastive Representation
@@ -382,6 +401,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
         self.temperature = _check_temperature("temperature", temperature)
         self.tn_temperature = _check_temperature("tn_temperature", tn_temperature)
         self.eps = float(eps)
+        self.gather_across_devices = bool(gather_across_devices)
         self.tap = NAPInputTap(model, nap_input=nap_input, final_norm=final_norm)
         if nap_head is None:
             nap_head = _default_head(model, self.tap, nap_hidden_features)
@@ -405,7 +425,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
     def forward(
         self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None
     ) -> dict[str, Tensor]:
-        sentence_features = list(sentence_features)
+        sentence_features = [dict(f) for f in sentence_features]  # a BatchEncoding output is no dict for the tap
         self._check_columns(sentence_features)
         embeddings, states = [], []
         for features in sentence_features:
@@ -416,11 +436,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
         return self.compute_loss_from_embeddings(embeddings, states, labels, modalities=modalities)
 
     def _check_columns(self, sentence_features: list) -> None:
-        if len(sentence_features) < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least 2 input columns (anchor, positive[, negatives...]), "
-                f"got {len(sentence_features)}"
-            )
+        check_columns([feature_rows(f) for f in sentence_features], type(self).__name__)
         if self.training and torch.is_grad_enabled() and not self.callback_attached and not self._warned_no_callback:
             logger.warning(
                 "%s is training a NAP head that sentence-transformers does not save: add "
@@ -437,11 +453,26 @@ class L2DirLoss(_StatsMixin, nn.Module):
         labels: Tensor | None = None,
         modalities: list[str] | None = None,
     ) -> dict[str, Tensor]:
-        """Eq. 8 from per-column embeddings (for InfoNCE) and NAP inputs (for InfoTN); returns both weighted parts."""
-        anchors, candidates = embeddings[0], torch.cat(embeddings[1:])
-        nce = info_nce_loss(anchors, candidates, self.temperature)
+        """Eq. 8 from per-column embeddings (for InfoNCE) and NAP inputs (for InfoTN); returns both weighted parts.
+
+        With ``gather_across_devices`` the candidate columns (and their NAP outputs) of every process are gathered
+        (with gradients); each process scores its own anchors against all of them, so the mean over processes of
+        the returned loss is the loss of the global batch.
+        """
+        name = type(self).__name__
+        sync_loss_held_gradients(self)
+        check_columns([e.size(0) for e in embeddings], name)
+        check_columns([x.size(0) for x in nap_inputs], name)
+        check_finite(list(embeddings), name)
+        check_finite(list(nap_inputs), name, "NAP inputs (un-normalized states)")
         po = _project(self.nap_head, nap_inputs, modalities)
-        tn = info_tn_loss(po[0], torch.cat(po[1:]), self.tn_temperature, self.eps)
+        n_docs = len(embeddings) - 1
+        gathered, offset, _ = gather_columns([*embeddings[1:], *po[1:]], self.gather_across_devices, name)
+        docs, po_docs = gathered[:n_docs], gathered[n_docs:]
+        check_has_negatives(docs[0].size(0), n_docs, name)
+        rows = torch.arange(offset, offset + embeddings[0].size(0), device=embeddings[0].device)
+        nce = info_nce_loss(embeddings[0], torch.cat(docs), self.temperature, labels=rows)
+        tn = info_tn_loss(po[0], torch.cat(po_docs), self.tn_temperature, self.eps, labels=rows)
         stats = _length_stats(po[0], po[1])
         with torch.no_grad():
             stats["positive_sim_tn"] = float(get_similarity("tn", eps=self.eps).pairwise(po[0], po[1]).mean())
@@ -459,6 +490,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
             "nap_input": self.tap.nap_input,
             "final_norm": self.tap.final_norm_paths or None,
             "nap_head": self.nap_head.get_config_dict(),
+            "gather_across_devices": self.gather_across_devices,
         }
 
     @property
@@ -485,6 +517,7 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
         eps: float = 1e-8,
         mini_batch_size: int = 32,
         show_progress_bar: bool = False,
+        gather_across_devices: bool = False,
     ) -> None:
         """GradCache version of :class:`L2DirLoss`: large batches in bounded memory, same loss and gradients.
 
@@ -493,12 +526,14 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
         *both* the normalized embedding (InfoNCE) and the NAP input (InfoTN), and step (3) back-propagates both
         into the backbone. (The authors' release builds the NAP-side surrogate but never back-propagates it,
         digest 002 §8.3; here the two parts provably match :class:`L2DirLoss` — see the gradient-equality test.)
-        The NAP head's own gradient comes from step (2). The loss over the batch is computed in one piece
-        (``B × B`` logits), so ``mini_batch_size`` bounds the backbone's activations only.
+        The NAP head's own gradient is computed in step (2) and handed back through the returned loss, so the
+        Trainer's gradient-accumulation divisor and the fp16 loss scale reach it exactly as they reach the backbone.
+        The loss over the batch is computed in one piece (``B × B`` logits), so ``mini_batch_size`` bounds the
+        backbone's activations only.
 
         Args:
-            model, lambda_, temperature, tn_temperature, nap_head, nap_input, final_norm, nap_hidden_features, eps:
-                as in :class:`L2DirLoss`.
+            model, lambda_, temperature, tn_temperature, nap_head, nap_input, final_norm, nap_hidden_features, eps,
+                gather_across_devices: as in :class:`L2DirLoss`.
             mini_batch_size: inputs embedded per forward pass (memory knob; the result does not depend on it).
             show_progress_bar: show a progress bar over the mini-batches.
 
@@ -549,6 +584,7 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
             final_norm=final_norm,
             nap_hidden_features=nap_hidden_features,
             eps=eps,
+            gather_across_devices=gather_across_devices,
         )
         if not (isinstance(mini_batch_size, int) and mini_batch_size > 0):
             raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
@@ -590,7 +626,8 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
         sentence_features = list(sentence_features)
         self._check_columns(sentence_features)
         self._modalities = [modality_key(f.get("modality")) for f in sentence_features]
-        loss = self.forward_cached(sentence_features, labels)
+        sync_loss_held_gradients(self)
+        loss = forward_cached_scaled(self, sentence_features, labels)
         nce, tn = self._last_parts
         # Split the hooked total into its two parts for logging; their sum is `loss` and both gradients reach
         # its hook (weights w and 1 − w add up to 1).

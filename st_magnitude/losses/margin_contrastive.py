@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from st_magnitude.losses._common import check_columns, check_finite
 from st_magnitude.similarity import Similarity, get_similarity
 
 logger = logging.getLogger(__name__)
@@ -185,6 +186,8 @@ class MarginContrastiveLoss(nn.Module):
         """
         if len(embeddings) < 2:
             raise ValueError(f"expected at least query and positive embeddings, got {len(embeddings)}")
+        check_columns([e.shape[0] for e in embeddings], type(self).__name__)
+        check_finite(list(embeddings), type(self).__name__)
         q, pos, negs = embeddings[0], embeddings[1], list(embeddings[2:])
         out: dict[str, Tensor] = {}
         if self.margin_mse_weight > 0:
@@ -282,11 +285,12 @@ class BertRecipeLoss(MarginContrastiveLoss):
             ::
 
                 from sentence_transformers import SentenceTransformer
+                from st_magnitude import strip_normalize
                 from st_magnitude.losses.margin_contrastive import BertRecipeLoss
                 from st_magnitude.modules.dimension_projection import add_dimension_projection
 
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
-                model = model[:2]  # Transformer + Pooling: drop Normalize for the raw-dot recipe
+                strip_normalize(model)  # Transformer + Pooling, similarity "dot": the raw-dot recipe
                 add_dimension_projection(model, 1536)
                 loss = BertRecipeLoss(model)
         """
@@ -474,9 +478,10 @@ class MagnitudeMatryoshkaLoss(nn.Module):
             ::
 
                 from sentence_transformers import SentenceTransformer
+                from st_magnitude import strip_normalize
                 from st_magnitude.losses.margin_contrastive import BertRecipeLoss, MagnitudeMatryoshkaLoss
 
-                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")[:2]
+                model = strip_normalize(SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2"))
                 loss = MagnitudeMatryoshkaLoss(model, BertRecipeLoss(model), [384, 128, 32])
         """
         super().__init__()

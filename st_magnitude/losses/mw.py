@@ -27,11 +27,13 @@ from st_magnitude.losses._common import (
     CachedFamilyLoss,
     DuplicateCheck,
     at_least_fp32,
-    check_has_negatives,
-    gather,
+    check_columns,
+    feature_rows,
+    prepare_columns,
     resolve_similarity,
     set_roles,
     similarity_config,
+    sync_loss_held_gradients,
 )
 from st_magnitude.similarity import Similarity
 
@@ -229,6 +231,7 @@ class MWLoss(nn.Module):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
+        check_columns([feature_rows(f) for f in features], type(self).__name__)
         if self.carried is not None:
             features = set_roles(features)
         embeddings = embed_columns(self.model, features)
@@ -236,10 +239,11 @@ class MWLoss(nn.Module):
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
         """MW loss from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``)."""
-        check_has_negatives(embeddings[0].size(0), len(embeddings) - 1, type(self).__name__)
+        sync_loss_held_gradients(self)
         batch_size = embeddings[0].size(0)
-        queries, docs, offset, world = gather(embeddings[0], list(embeddings[1:]), self.gather_across_devices)
-        check_has_negatives(queries.size(0), len(docs), type(self).__name__)
+        queries, docs, offset, world = prepare_columns(
+            list(embeddings), self.gather_across_devices, type(self).__name__
+        )
         self._duplicates(docs[0], type(self).__name__)
         docs_all = torch.cat(docs, dim=0)
         local = torch.arange(offset, offset + batch_size, device=queries.device)

@@ -15,11 +15,13 @@ from st_magnitude.losses._common import (
     CachedFamilyLoss,
     DuplicateCheck,
     at_least_fp32,
-    check_has_negatives,
-    gather,
+    check_columns,
+    feature_rows,
+    prepare_columns,
     resolve_similarity,
     set_roles,
     similarity_config,
+    sync_loss_held_gradients,
 )
 from st_magnitude.similarity import Similarity
 
@@ -155,6 +157,7 @@ class PartialNormInfoNCELoss(nn.Module):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
+        check_columns([feature_rows(f) for f in features], type(self).__name__)
         if self.carried is not None:
             features = set_roles(features)
         embeddings = embed_columns(self.model, features)
@@ -162,9 +165,8 @@ class PartialNormInfoNCELoss(nn.Module):
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
         """InfoNCE from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``)."""
-        check_has_negatives(embeddings[0].size(0), len(embeddings) - 1, type(self).__name__)
-        queries, docs, offset, _ = gather(embeddings[0], list(embeddings[1:]), self.gather_across_devices)
-        check_has_negatives(queries.size(0), len(docs), type(self).__name__)
+        sync_loss_held_gradients(self)
+        queries, docs, offset, _ = prepare_columns(list(embeddings), self.gather_across_devices, type(self).__name__)
         self._duplicates(docs[0], type(self).__name__)
         batch_size = embeddings[0].size(0)
         local = torch.arange(offset, offset + batch_size, device=queries.device)
@@ -247,7 +249,8 @@ class CachedPartialNormInfoNCELoss(CachedFamilyLoss):
                 from st_magnitude.losses import CachedPartialNormInfoNCELoss
 
                 model = apply_similarity(SentenceTransformer("all-MiniLM-L6-v2"), "dnorm")
-                loss = CachedPartialNormInfoNCELoss(model, mini_batch_size=32)  # then per_device_train_batch_size=4096
+                # similarity=None: train what the model carries (dnorm); per_device_train_batch_size=4096 then fits
+                loss = CachedPartialNormInfoNCELoss(model, similarity=None, mini_batch_size=32)
         """
         super().__init__()
         if not (isinstance(scale, (int, float)) and scale > 0):

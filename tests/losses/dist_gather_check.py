@@ -1,53 +1,85 @@
 """Run by ``test_pn_mw_distributed.py`` under ``torchrun --nproc_per_node 2`` (gloo, CPU).
 
-A linear "model" ``E_c = X_c @ W`` on fixed float64 inputs. Each process takes its half of the batch, computes each
-loss with ``gather_across_devices=True`` and back-propagates; loss and ``W.grad`` are then averaged over processes
-(what DDP does with gradients). Rank 0 also computes the same loss on the full batch in one process, and writes
-the largest differences to the JSON file named by ``argv[1]``.
+A linear "model" ``E_c = X_c @ W`` on fixed float64 inputs (followed by ST's ``Normalize`` for L2Dir, whose NAP
+reads the state before it). Each process takes its half of the batch and runs each loss's real ``forward`` (plain,
+and cached with its GradCache backward) with ``gather_across_devices=True``, then back-propagates. Loss and
+``W.grad`` are averaged over processes (what DDP does with the model's gradients); the gradients of parameters the
+loss holds (learnable γ̂ on a plain model, the L2Dir NAP head) are *not* touched here: the loss must average them
+itself. Rank 0 computes the same losses on the full batch in one process and writes the largest differences to the
+JSON file named by ``argv[1]``. Last, the processes call a loss with different batch sizes (3 vs 4): both must raise
+the package's ``ValueError`` (gloo would abort on the unequal gather).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
+from sentence_transformers.base.modules import Normalize
 from torch import nn
 
-from st_magnitude.losses import CachedMWLoss, CachedPartialNormInfoNCELoss, MWLoss, PartialNormInfoNCELoss
+from st_magnitude.losses import (
+    CachedL2DirLoss,
+    CachedMWLoss,
+    CachedPartialNormInfoNCELoss,
+    L2DirLoss,
+    MWLoss,
+    PartialNormInfoNCELoss,
+)
+from st_magnitude.losses._common import loss_held_parameters
+from st_magnitude.modules.nap_head import NAPHead
 
 B, H, N_IN, DIM = 8, 2, 5, 4  # global batch 8, 2 hard-negative columns
 
 
-def make_losses(gather: bool) -> dict[str, nn.Module]:
-    dummy = nn.Sequential()  # a plain (unconverted) model: the losses apply their own similarity
-    return {
-        "infonce_qnorm": PartialNormInfoNCELoss(dummy, "qnorm", gather_across_devices=gather),
-        "infonce_dnorm_cached": CachedPartialNormInfoNCELoss(
-            dummy, "dnorm", mini_batch_size=3, gather_across_devices=gather
-        ),
-        "mw_cosine_paper": MWLoss(dummy, "cosine", temperature=0.05, gather_across_devices=gather, chunk_size=13),
-        "mw_qnorm_mean": MWLoss(dummy, "qnorm", temperature=0.5, reduction="mean", gather_across_devices=gather),
-        "mw_cosine_cached": CachedMWLoss(
-            dummy, "cosine", temperature=0.05, mini_batch_size=3, chunk_size=11, gather_across_devices=gather
-        ),
-    }
+class LinearStep(nn.Module):
+    """features["input_ids"] (float inputs) @ W → features["sentence_embedding"]."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight.clone())
+
+    def forward(self, features: dict) -> dict:
+        return {**features, "sentence_embedding": features["input_ids"] @ self.weight}
 
 
-def run_loss(loss: nn.Module, inputs: list[torch.Tensor], weight: torch.Tensor) -> tuple[float, torch.Tensor]:
-    w = weight.clone().requires_grad_()
-    embeddings = [x @ w for x in inputs]
-    if hasattr(loss, "calculate_loss"):  # GradCache: loss on detached embeddings, then push the cached gradients
-        mb = loss.mini_batch_size
-        reps = [[e[i : i + mb].detach().requires_grad_() for i in range(0, e.size(0), mb)] for e in embeddings]
-        value = loss.calculate_loss(reps, None, with_backward=True)
-        for e, col in zip(embeddings, reps):
-            e.backward(torch.cat([r.grad for r in col]))
-    else:
-        value = loss.compute_loss_from_embeddings(embeddings, None)
-        value.backward()
-    return float(value), w.grad.detach().clone()
+def make_losses(gather: bool, weight: torch.Tensor) -> dict[str, nn.Module]:
+    def Linear(w):  # noqa: N802 - a plain (unconverted) model: the losses apply their own similarity
+        return nn.Sequential(LinearStep(w))
+
+    out: dict[str, nn.Module] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # learnable γ̂ in the loss, Normalize-free model: on purpose
+        raw = dict(gather_across_devices=gather)
+        out["infonce_qnorm"] = PartialNormInfoNCELoss(Linear(weight), "qnorm", **raw)
+        out["infonce_learnable"] = PartialNormInfoNCELoss(Linear(weight), "learnable", **raw)
+        out["infonce_dnorm_cached"] = CachedPartialNormInfoNCELoss(Linear(weight), "dnorm", mini_batch_size=3, **raw)
+        out["infonce_learnable_cached"] = CachedPartialNormInfoNCELoss(
+            Linear(weight), "learnable", mini_batch_size=3, **raw
+        )
+        out["mw_cosine_paper"] = MWLoss(Linear(weight), "cosine", temperature=0.05, chunk_size=13, **raw)
+        out["mw_qnorm_mean"] = MWLoss(Linear(weight), "qnorm", temperature=0.5, reduction="mean", **raw)
+        out["mw_learnable_cached"] = CachedMWLoss(
+            Linear(weight), "learnable", temperature=0.1, mini_batch_size=3, chunk_size=11, **raw
+        )
+        for name, cls, kw in (("l2dir", L2DirLoss, {}), ("l2dir_cached", CachedL2DirLoss, {"mini_batch_size": 3})):
+            torch.manual_seed(5)  # the same NAP head everywhere
+            head = NAPHead(DIM).double()
+            model = nn.Sequential(LinearStep(weight), Normalize())
+            out[name] = cls(model, temperature=0.1, tn_temperature=0.1, nap_head=head, **kw, **raw)
+            out[name].callback_attached = True
+    return {k: v.double() for k, v in out.items()}
+
+
+def run_loss(loss: nn.Module, inputs: list[torch.Tensor]) -> tuple[float, dict[str, torch.Tensor]]:
+    value = loss([{"input_ids": x} for x in inputs], None)
+    if isinstance(value, dict):
+        value = torch.stack(list(value.values())).sum()
+    value.backward()
+    return float(value), {n: p.grad.detach().clone() for n, p in loss.named_parameters() if p.grad is not None}
 
 
 def main() -> None:
@@ -60,27 +92,42 @@ def main() -> None:
     local_inputs = [x[rank * per : (rank + 1) * per] for x in inputs]
 
     report = {}
-    distributed = make_losses(gather=True)
-    single = make_losses(gather=False)
+    distributed = make_losses(True, weight)
+    single = make_losses(False, weight)
     for name, loss in distributed.items():
-        value, grad = run_loss(loss, local_inputs, weight)
+        held = {n for n, p in loss.named_parameters() if any(p is q for q in loss_held_parameters(loss))}
+        value, grads = run_loss(loss, local_inputs)
         value_t = torch.tensor(value, dtype=torch.float64)
         dist.all_reduce(value_t)
-        dist.all_reduce(grad)
         value_t /= world
-        grad /= world
+        for n, grad in grads.items():
+            if n not in held:  # the model's gradients: averaged as DDP would
+                dist.all_reduce(grad)
+                grad /= world
         if rank == 0:
-            ref_value, ref_grad = run_loss(single[name], inputs, weight)
+            ref_value, ref_grads = run_loss(single[name], inputs)
+            assert set(ref_grads) == set(grads), (name, sorted(ref_grads), sorted(grads))
             report[name] = {
                 "loss_2proc": float(value_t),
                 "loss_1proc": ref_value,
                 "loss_abs_diff": abs(float(value_t) - ref_value),
-                "grad_max_abs_diff": float((grad - ref_grad).abs().max()),
-                "grad_max_abs": float(ref_grad.abs().max()),
+                "grad_max_abs_diff": {n: float((grads[n] - ref_grads[n]).abs().max()) for n in grads},
+                "grad_max_abs": {n: float(ref_grads[n].abs().max()) for n in grads},
+                "loss_held": sorted(held),
             }
+
+    # unequal per-process batch sizes: a clear error on every process, not a gloo abort
+    rows = 3 + rank
+    try:
+        run_loss(distributed["infonce_qnorm"], [x[:rows] for x in local_inputs])
+        unequal = "no error"
+    except ValueError as exc:
+        unequal = str(exc)
+    messages = [None] * world
+    dist.all_gather_object(messages, unequal)
     if rank == 0:
         with open(sys.argv[1], "w") as f:
-            json.dump({"world": world, "results": report}, f, indent=2)
+            json.dump({"world": world, "results": report, "unequal_sizes": messages}, f, indent=2)
     dist.destroy_process_group()
 
 
