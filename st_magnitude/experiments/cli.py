@@ -75,9 +75,24 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         ("seed", int),
     ):
         p.add_argument(f"--{name}", type=typ, default=None, help="override the profile")
+    p.add_argument(
+        "--save-steps",
+        type=int,
+        default=None,
+        help="checkpoint every N steps, for resuming (default: max(10, steps // 5); only the last one is kept)",
+    )
     p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.set_defaults(func=_run)
+
+
+def _close_progress_bars() -> None:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -105,11 +120,13 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed if args.seed is not None else 42,
         device=args.device,
         kappa=not args.no_kappa,
+        save_steps=args.save_steps,
         **values,
     )
     try:
         run_compare(config, log=print)
     except KeyboardInterrupt:
+        _close_progress_bars()  # else the Trainer's bars are redrawn after the message when they are collected
         print(INTERRUPTED, file=sys.stderr)
         return 130
     return 0
