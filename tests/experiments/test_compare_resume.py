@@ -313,3 +313,30 @@ sys.exit(main({argv!r}))
     train = json.loads((out / "runs" / "learnable-infonce" / "train.json").read_text())
     assert train["resumed_from_step"] == 4
     assert_same_weights(weights(out), reference["weights"])
+
+
+def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch):
+    """Issue 12 item 10: --full is paper 000's recipe (App. B, Table 8) where one machine allows."""
+    from st_magnitude.cli import build_parser
+    from st_magnitude.experiments import cli as compare_cli
+
+    captured = {}
+    args = build_parser().parse_args(["compare", "--full", "--output-dir", str(tmp_path / "o")])
+    monkeypatch.setattr(C, "run_compare", lambda config, log=print: captured.setdefault("config", config))
+    assert compare_cli._run(args) == 0
+    config = captured["config"]
+    a = C.training_arguments(config, "learnable", tmp_path, "cpu")
+    assert (a.learning_rate, a.lr_scheduler_type.value, a.warmup_steps) == (5e-6, "cosine", 0)
+    assert (a.weight_decay, a.adam_beta1, a.adam_beta2, a.adam_epsilon, a.max_grad_norm) == (
+        0.01,
+        0.9,
+        0.98,
+        1e-8,
+        1.0,
+    )
+    assert a.per_device_train_batch_size == 128 and config.scale == 20.0
+    assert not a.learning_rate_mapping  # γ̂ trains with the encoder's settings (the paper names no other)
+    quick = C.training_arguments(C.CompareConfig(), "learnable", tmp_path, "cpu")
+    assert quick.learning_rate_mapping == {r"gamma_(query|document)_logit": 1e-2}  # quick's own choice
+    assert quick.lr_scheduler_type.value == "linear" and quick.warmup_steps == 2
+    assert "departs from the paper" in compare_cli._description()
