@@ -400,7 +400,8 @@ class _TrainProgress:
         return cls(**saved["attributes"])
 
     def record(self, module, inputs, output) -> None:  # forward hook on the loss module
-        value = output["loss"] if isinstance(output, dict) else output
+        # a loss may return named parts (L2Dir: infonce + infotn): the Trainer optimises their sum, so record that
+        value = torch.stack([v.detach() for v in output.values()]).sum() if isinstance(output, dict) else output
         self.loss_sum += float(value.detach())
         self.loss_steps += 1
 
