@@ -80,8 +80,11 @@ def test_compare_refuses_a_busy_folder_and_takes_over_after_its_holder_was_kille
         [
             sys.executable,
             "-c",
-            "import sys, time; from st_magnitude.experiments.lock import OutputLock; "
-            f"OutputLock({str(out)!r}).acquire(); print('locked', flush=True); time.sleep(600)",
+            # lock.py needs only the standard library: load it alone, so the holder starts in a blink
+            "import importlib.util as u, time; "
+            f"s = u.spec_from_file_location('lock', {str(REPO / 'st_magnitude/experiments/lock.py')!r}); "
+            "m = u.module_from_spec(s); s.loader.exec_module(m); "
+            f"m.OutputLock({str(out)!r}).acquire(); print('locked', flush=True); time.sleep(600)",
         ],
         stdout=subprocess.PIPE,
         text=True,
