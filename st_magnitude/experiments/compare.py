@@ -21,6 +21,7 @@ Trainer checkpoint, or re-evaluates a trained model; datasets added with ``--eva
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import importlib.util
@@ -634,7 +635,9 @@ def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(config.output_dir)
     _check_writable(out)
-    OutputLock(out).check_free()  # a second run into a busy folder stops here, before any slow preparation
+    lock = _output_lock(out)
+    if lock is not None:
+        lock.check_free()  # a second run into a busy folder stops here, before any slow preparation
     data_dir = resolve_data_dir(config.data_dir)
     train_folder = resolve_dataset(config.train_data, data_dir, "train" if config.train_data else "test")
     eval_folders = {Path(n).name: resolve_dataset(n, data_dir, "test") for n in config.eval_data}
@@ -652,12 +655,18 @@ def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
     del base_model
 
     # -- everything validated: start writing (one process per output folder) ----------------------------------
-    with OutputLock(out) as lock:
-        if lock.took_over:
+    with lock or contextlib.nullcontext():
+        if lock is not None and lock.took_over:
             log(f"note: took over a stale lock left by pid {lock.took_over.get('pid')} (no longer running)")
         return _run_locked(
             config, out, device, held, base_desc, base_path, train_folder, eval_folders, eval_sets, pairs, log
         )
+
+
+def _output_lock(out: Path) -> OutputLock | None:
+    """The folder lock, held by the first process of a distributed launch only (its peers share its work)."""
+    rank = os.environ.get("RANK", "0")
+    return OutputLock(out) if not rank.isdigit() or int(rank) == 0 else None
 
 
 def _check_fingerprint(out: Path, config: CompareConfig) -> None:

@@ -121,3 +121,12 @@ def test_compare_refuses_a_busy_folder_and_takes_over_after_its_holder_was_kille
     run_compare(config, log=logs.append)
     assert any(f"took over a stale lock left by pid {holder.pid}" in line for line in logs)
     assert (out / "runs" / "dot-infonce" / "metrics.json").exists() and not (out / ".lock").exists()
+
+
+def test_only_the_first_process_of_a_distributed_launch_locks(tmp_path, monkeypatch):
+    from st_magnitude.experiments.compare import _output_lock
+
+    monkeypatch.setenv("RANK", "0")
+    assert isinstance(_output_lock(tmp_path), OutputLock)
+    monkeypatch.setenv("RANK", "1")  # torchrun's other ranks run the same command in the same folder
+    assert _output_lock(tmp_path) is None
