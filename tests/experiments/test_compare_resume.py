@@ -340,3 +340,11 @@ def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch
     assert quick.learning_rate_mapping == {r"gamma_(query|document)_logit": 1e-2}  # quick's own choice
     assert quick.lr_scheduler_type.value == "linear" and quick.warmup_steps == 2
     assert "departs from the paper" in compare_cli._description()
+
+
+def test_a_loss_with_named_parts_is_recorded_as_their_sum(setup, tmp_path):
+    """L2DirLoss returns {"infonce", "infotn"}; the Trainer optimises (and reports) their sum."""
+    out = tmp_path / "out"
+    C.run_compare(cfg(setup, out, variants=("cosine",), losses=("l2dir",), steps=2), log=quiet)
+    train = json.loads((out / "runs" / "cosine-l2dir" / "train.json").read_text())
+    assert train["train_steps"] == 2 and train["train_loss"] > 0
