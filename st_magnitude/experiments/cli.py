@@ -3,21 +3,53 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import textwrap
 
-from st_magnitude.experiments.compare import DEFAULT_MODEL, DEFAULT_VARIANTS, LOSSES, PROFILES, CompareConfig
+from st_magnitude.experiments.compare import (
+    DEFAULT_MODEL,
+    DEFAULT_VARIANTS,
+    FULL_PROFILE_DEVIATIONS,
+    LOSSES,
+    PROFILES,
+    CompareConfig,
+)
+
+INTERRUPTED = (
+    "st-magnitude compare: interrupted; re-run the same command to resume (finished runs are kept, training "
+    "continues from its last checkpoint)"
+)
 
 
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def _description() -> str:
+    intro = (
+        "Fine-tune one base model with each similarity variant (same seed, steps and data), evaluate each with its "
+        "own similarity (nDCG@10, Recall@100, MRR@10, pooled AUC), run the κ recommender on the base model, and write "
+        "results.md / results.csv / plots. Re-running skips finished runs, evaluates newly requested datasets and "
+        "resumes interrupted training; one process at a time works in an --output-dir."
+    )
+    full = (
+        "--full follows paper 000 App. B (Table 8): lr 5e-6, no warm-up, cosine decay, weight decay 0.01, max grad "
+        "norm 1.0, AdamW betas (0.9, 0.98), eps 1e-8, InfoNCE scale 20, batch 128, gamma trained with the encoder's "
+        "optimizer settings. Where it departs from the paper:"
+    )
+    quick = "--quick (default) is ours: lr 5e-5, linear schedule with 10% warm-up, gamma at its own lr 1e-2."
+    items = "\n".join(
+        textwrap.fill(d, 100, initial_indent="  - ", subsequent_indent="    ") for d in FULL_PROFILE_DEVIATIONS
+    )
+    return f"{textwrap.fill(intro, 100)}\n\n{textwrap.fill(full, 100)}\n{items}\n\n{textwrap.fill(quick, 100)}"
+
+
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
         help="fine-tune one base model with several similarity variants and compare them on BEIR datasets",
-        description="Fine-tune one base model with each similarity variant (same seed, steps and data), evaluate each "
-        "with its own similarity (nDCG@10, Recall@100, MRR@10, pooled AUC), run the κ recommender on the base model, "
-        "and write results.md / results.csv / plots. Re-running skips finished variants.",
+        description=_description(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--model", default=DEFAULT_MODEL, help="base model: hub id or local folder (default: %(default)s)")
     p.add_argument("--variants", type=_csv, default=DEFAULT_VARIANTS, help="comma-separated (default: all five)")
@@ -27,7 +59,11 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default=None, help="folder of local BEIR datasets (or $ST_MAGNITUDE_DATA_DIR)")
     p.add_argument("--output-dir", default="runs/compare", help="results folder (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="the quick profile (default)")
-    p.add_argument("--full", action="store_true", help="the full profile: paper recipe as far as one machine allows")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="the full profile: paper 000's recipe (App. B) as far as one machine allows; departures listed above",
+    )
     for name, typ in (
         ("steps", int),
         ("batch-size", int),
@@ -39,6 +75,12 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         ("seed", int),
     ):
         p.add_argument(f"--{name}", type=typ, default=None, help="override the profile")
+    p.add_argument(
+        "--save-steps",
+        type=int,
+        default=None,
+        help="checkpoint every N steps, for resuming (default: max(10, steps // 5); only the last one is kept)",
+    )
     p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument(
@@ -47,6 +89,15 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         help="allow the base model to run code outside sentence-transformers and st-magnitude (off by default)",
     )
     p.set_defaults(func=_run)
+
+
+def _close_progress_bars() -> None:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -77,7 +128,13 @@ def _run(args: argparse.Namespace) -> int:
         device=args.device,
         kappa=not args.no_kappa,
         trust_remote_code=args.trust_remote_code,
+        save_steps=args.save_steps,
         **values,
     )
-    run_compare(config, log=print)
+    try:
+        run_compare(config, log=print)
+    except KeyboardInterrupt:
+        _close_progress_bars()  # else the Trainer's bars are redrawn after the message when they are collected
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
     return 0

@@ -6,18 +6,22 @@ datasets: nDCG@10, Recall@100, MRR@10 (pytrec_eval through BEIR), pooled ROC-AUC
 AUC control. The κ recommender (paper 000 §4.5) runs on the base model first and the report says whether its pick
 (qnorm or dnorm) won.
 
-Layout of the output folder (re-running skips finished runs; an interrupted run resumes from its last Trainer
-checkpoint, or re-evaluates a trained model)::
+Layout of the output folder (re-running skips finished runs; an interrupted run resumes from its last whole
+Trainer checkpoint, or re-evaluates a trained model; datasets added with ``--eval-data`` are evaluated on re-run)::
 
-    OUT/config.json            the resolved configuration (a re-run with another configuration is refused)
-    OUT/kappa.json             κ recommendation on the base model
-    OUT/runs/<variant>-<loss>/model/          the trained model (".complete" marks a finished save)
-    OUT/runs/<variant>-<loss>/metrics.json    written last (atomically): the run is finished
+    OUT/.lock                  held while a process works here (pid, host, start time); a second run refuses
+    OUT/config.json            the resolved configuration (a re-run that would train differently is refused)
+    OUT/kappa.json             κ recommendation on the base model, with the settings that produced it
+    OUT/runs/<variant>-<loss>/checkpoints/    the last whole Trainer checkpoint (removed once the model is saved)
+    OUT/runs/<variant>-<loss>/train.json      whole-run train_loss / train_seconds (written before ".complete")
+    OUT/runs/<variant>-<loss>/model/          the trained model (".complete", written last, marks a finished run)
+    OUT/runs/<variant>-<loss>/metrics.json    metrics per evaluation dataset, with the settings of each evaluation
     OUT/results.csv, OUT/results.md, OUT/plots/*.png
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import importlib.util
@@ -36,6 +40,7 @@ from typing import Any
 
 import torch
 
+from st_magnitude.experiments.lock import OutputLock
 from st_magnitude.similarity import CORNER_GAMMAS, get_similarity, validate_similarity_name
 
 logger = logging.getLogger(__name__)
@@ -45,10 +50,14 @@ __all__ = ["CompareConfig", "PROFILES", "LOSSES", "resolve_data_dir", "resolve_d
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_VARIANTS = ("cosine", "dot", "qnorm", "dnorm", "learnable")
 LOSSES = ("infonce", "mw", "l2dir")
+LR_SCHEDULERS = ("linear", "cosine")
 DATA_ENV = "ST_MAGNITUDE_DATA_DIR"
 
-#: Profiles. ``quick`` finishes on 2 CPU cores in about 10–15 minutes; ``full`` follows paper 000's recipe
-#: (InfoNCE, scale 20, in-batch negatives) as far as one machine allows.
+#: Profiles. ``quick`` finishes on 2 CPU cores in about 10–15 minutes (our settings: linear schedule with 10 %
+#: warm-up, γ̂ at its own learning rate 1e-2 so that it moves in 20 steps). ``full`` follows paper 000 App. B
+#: (Table 8: InfoNCE at scale 20 with in-batch negatives, lr 5e-6, no warm-up, cosine decay, weight decay 0.01,
+#: max grad norm 1.0, AdamW β = (0.9, 0.98), ε = 1e-8, γ̂ trained with the encoder's optimizer settings) as far as one
+#: machine allows; where it cannot (steps, batch, data, seeds, checkpoint selection) see ``FULL_PROFILE_DEVIATIONS``.
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": dict(
         steps=20,
@@ -59,18 +68,40 @@ PROFILES: dict[str, dict[str, Any]] = {
         kappa_pairs=800,
         kappa_bootstrap=20,
         learning_rate=5e-5,
+        lr_scheduler="linear",
+        warmup_fraction=0.1,
+        weight_decay=0.0,
+        adam_beta2=0.999,
+        gamma_learning_rate=1e-2,
     ),
     "full": dict(
         steps=1000,
-        batch_size=64,
+        batch_size=128,  # paper 000 §3.1 / Table 8: 128 per device (256 over its 2 GPUs)
         max_seq_length=256,
         max_corpus=None,
         max_queries=None,
         kappa_pairs=2000,
         kappa_bootstrap=200,
-        learning_rate=2e-5,
+        learning_rate=5e-6,
+        lr_scheduler="cosine",
+        warmup_fraction=0.0,
+        weight_decay=0.01,
+        adam_beta2=0.98,
+        gamma_learning_rate=None,
     ),
 }
+
+#: Where ``--full`` departs from paper 000 App. B (Table 8), and why; printed by ``--help`` and docs/compare.md.
+FULL_PROFILE_DEVIATIONS = (
+    "1,000 steps instead of 100 epochs (~32,000 steps) and no best-checkpoint selection on a validation split "
+    "(the final model is evaluated)",
+    "one process with batch 128, so 127 in-batch negatives; the paper's effective batch is 256 over 2 GPUs",
+    "trains on --train-data (default NFCorpus train) instead of MS MARCO v1.1 QA (81,795 pairs)",
+    "one seed (42) instead of three (0, 42, 1337)",
+    "lr 5e-6 is the paper's choice for RetroMAE/E5/Qwen (2e-6 for Contriever), found by a grid search on those "
+    "models; it was not searched for the base model used here",
+    "max_seq_length 256 and the κ step's sizes are ours (the paper does not state them)",
+)
 
 
 @dataclass
@@ -87,6 +118,12 @@ class CompareConfig:
     batch_size: int = 16
     max_seq_length: int = 128
     learning_rate: float = 5e-5
+    lr_scheduler: str = "linear"
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.0
+    adam_beta2: float = 0.999
+    gamma_learning_rate: float | None = 1e-2  # None: γ̂ trains with the encoder's learning rate
+    save_steps: int | None = None  # checkpoint interval (None: max(10, steps // 5)); does not change results
     max_corpus: int | None = 300
     max_queries: int | None = 30
     kappa_pairs: int = 800
@@ -100,7 +137,12 @@ class CompareConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What must match for finished runs to be reused."""
+        """What must match for trained models in the folder to be reused (a mismatch is refused).
+
+        What only selects or evaluates runs is keyed where it is used instead, so changing it re-does exactly the
+        affected part: each run's metrics.json records, per dataset, what it was evaluated on (``eval_key``);
+        kappa.json records its pair count and resamples; ``variants`` / ``losses`` pick the runs of the table.
+        """
         keys = (
             "model",
             "train_data",
@@ -108,13 +150,35 @@ class CompareConfig:
             "batch_size",
             "max_seq_length",
             "learning_rate",
+            "lr_scheduler",
+            "warmup_fraction",
+            "weight_decay",
+            "adam_beta2",
+            "gamma_learning_rate",
             "seed",
             "scale",
             "mw_temperature",
-            "max_corpus",
-            "max_queries",
         )
         return {k: getattr(self, k) for k in keys}
+
+    def eval_key(self, folder: Path) -> dict[str, Any]:
+        """What one dataset's metrics depend on besides the trained model."""
+        return {
+            "folder": str(Path(folder).resolve()),
+            "max_corpus": self.max_corpus,
+            "max_queries": self.max_queries,
+            "seed": self.seed,
+        }
+
+    def kappa_key(self) -> dict[str, Any]:
+        """What kappa.json depends on besides the base model and training data (both in the fingerprint)."""
+        return {"pairs": self.kappa_pairs, "bootstrap": self.kappa_bootstrap, "seed": self.seed}
+
+
+#: Values of training settings that folders written before they were recorded were trained with.
+_LEGACY_FINGERPRINT = dict(
+    lr_scheduler="linear", warmup_fraction=0.1, weight_decay=0.0, adam_beta2=0.999, gamma_learning_rate=1e-2
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -236,6 +300,19 @@ def validate(config: CompareConfig) -> CompareConfig:
             raise ValueError(f"{label} must be positive, got {getattr(config, label)}")
     if config.batch_size < 2:
         raise ValueError("batch_size must be at least 2 (in-batch negatives)")
+    if config.lr_scheduler not in LR_SCHEDULERS:
+        raise ValueError(f"unknown lr_scheduler {config.lr_scheduler!r}; valid: {', '.join(LR_SCHEDULERS)}")
+    checks = (
+        ("learning_rate", config.learning_rate, config.learning_rate > 0),
+        ("warmup_fraction", config.warmup_fraction, 0 <= config.warmup_fraction < 1),
+        ("weight_decay", config.weight_decay, config.weight_decay >= 0),
+        ("adam_beta2", config.adam_beta2, 0 < config.adam_beta2 < 1),
+        ("gamma_learning_rate", config.gamma_learning_rate, (config.gamma_learning_rate or 1) > 0),
+        ("save_steps", config.save_steps, (config.save_steps or 1) > 0),
+    )
+    for label, value, ok in checks:
+        if not ok:
+            raise ValueError(f"{label} out of range: {value}")
     return config
 
 
@@ -275,12 +352,148 @@ def build_loss(model, variant: str, loss: str, config: CompareConfig):
     raise ValueError(f"unknown loss {loss!r}; valid losses: {', '.join(LOSSES)}")
 
 
+CHECKPOINT_STATE = "trainer_state.json"  # the Trainer writes it last into a checkpoint: its presence marks a whole one
+
+
+def whole_checkpoints(ckpt_dir: Path, log=logger.warning) -> list[Path]:
+    """The checkpoints a resume can use, oldest first; incomplete ones are removed.
+
+    A kill during a checkpoint save leaves a folder without (or with a truncated) ``trainer_state.json``, the last
+    file the Trainer writes; one without this module's progress record was not written by this version. Both are
+    removed so the run resumes from the last whole checkpoint (or starts over when none is left).
+    """
+    if not ckpt_dir.is_dir():
+        return []
+    found = []
+    for folder in ckpt_dir.iterdir():
+        step = folder.name.removeprefix("checkpoint-")
+        if folder.is_dir() and folder.name.startswith("checkpoint-") and step.isdigit():
+            found.append((int(step), folder))
+    whole = []
+    for step, folder in sorted(found):
+        try:
+            state = json.loads((folder / CHECKPOINT_STATE).read_text())
+            ok = state.get("global_step") == step and _TrainProgress.from_state(state) is not None
+        except (OSError, ValueError, AttributeError):
+            ok = False
+        if ok:
+            whole.append(folder)
+        else:
+            log(f"removing incomplete checkpoint {folder} (interrupted while it was saved)")
+            shutil.rmtree(folder, ignore_errors=True)
+    return whole
+
+
+class _TrainProgress:
+    """Whole-run training loss and time, kept in every checkpoint's trainer_state.json so a resume continues them.
+
+    The Trainer's own ``training_loss`` and runtime cover only the steps of the current ``train()`` call; this
+    records every loss the loss module returns (a forward hook) and the seconds spent. Its Trainer callback
+    (:func:`_progress_callback`) is a stateful one, so the Trainer saves it inside the file that marks a checkpoint
+    whole.
+    """
+
+    NAME = "CompareTrainProgress"  # the callback's class name: its key in trainer_state.json "stateful_callbacks"
+
+    def __init__(self, loss_sum: float = 0.0, loss_steps: int = 0, seconds: float = 0.0):
+        self.loss_sum, self.loss_steps, self.seconds = float(loss_sum), int(loss_steps), float(seconds)
+        self._t0: float | None = None
+
+    @classmethod
+    def from_state(cls, trainer_state: dict) -> _TrainProgress | None:
+        saved = (trainer_state.get("stateful_callbacks") or {}).get(cls.NAME)
+        if not isinstance(saved, dict) or not isinstance(saved.get("attributes"), dict):
+            return None
+        return cls(**saved["attributes"])
+
+    def record(self, module, inputs, output) -> None:  # forward hook on the loss module
+        # a loss may return named parts (L2Dir: infonce + infotn): the Trainer optimises their sum, so record that
+        value = torch.stack([v.detach() for v in output.values()]).sum() if isinstance(output, dict) else output
+        self.loss_sum += float(value.detach())
+        self.loss_steps += 1
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self.seconds + (time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
+
+    def attributes(self) -> dict[str, float]:
+        return {"loss_sum": self.loss_sum, "loss_steps": self.loss_steps, "seconds": self.elapsed()}
+
+
+def _progress_callback(progress: _TrainProgress):
+    """A Trainer callback saving ``progress`` into each checkpoint (transformers is imported only when training)."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import ExportableState
+
+    class CompareTrainProgress(TrainerCallback, ExportableState):
+        def on_train_begin(self, args, state, control, **kwargs):
+            progress.start()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= state.max_steps:
+                control.should_save = (
+                    False  # the model is saved next: a last checkpoint would be written to be deleted
+                )
+
+        def state(self) -> dict:
+            attributes = progress.attributes()
+            return {"args": {}, "attributes": attributes}
+
+    return CompareTrainProgress()
+
+
+def training_arguments(config: CompareConfig, variant: str, ckpt_dir: Path, device: str):
+    """The Trainer settings of one run (the profile's optimizer and schedule; see ``PROFILES``)."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+    from sentence_transformers.base.sampler import BatchSamplers
+
+    gamma_lr = config.gamma_learning_rate
+    return SentenceTransformerTrainingArguments(
+        output_dir=str(ckpt_dir),
+        max_steps=config.steps,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler,
+        warmup_steps=max(1, round(config.steps * config.warmup_fraction)) if config.warmup_fraction > 0 else 0,
+        weight_decay=config.weight_decay,
+        adam_beta1=0.9,
+        adam_beta2=config.adam_beta2,
+        adam_epsilon=1e-8,
+        max_grad_norm=1.0,
+        seed=config.seed,
+        data_seed=config.seed,
+        batch_sampler=BatchSamplers.NO_DUPLICATES,
+        router_mapping={"anchor": "query", "positive": "document"},
+        # quick: γ̂ gets its own learning rate (digest 000 §4: at encoder LRs it barely moves); full: as the paper
+        learning_rate_mapping={r"gamma_(query|document)_logit": gamma_lr}
+        if variant == "learnable" and gamma_lr
+        else {},
+        save_strategy="steps",
+        save_steps=config.save_steps or max(10, config.steps // 5),
+        save_total_limit=1,  # plus the one being written: at most two checkpoints exist at any time
+        save_only_model=False,  # resuming bit-identically needs the optimizer, scheduler and RNG states
+        logging_steps=max(1, config.steps // 10),
+        report_to=[],
+        use_cpu=device == "cpu",
+        dataloader_drop_last=True,
+        disable_tqdm=False,
+    )
+
+
 def train_run(
     base_path: str, variant: str, loss_name: str, config: CompareConfig, pairs: dict, run_dir: Path, device: str
 ) -> dict[str, Any]:
+    """Train one run (resuming from its last whole checkpoint) and save it; returns what goes into train.json.
+
+    Finish sequence, each step safe to interrupt: the model is saved, ``train.json`` is written, then
+    ``model/.complete``; only then are the checkpoints removed. A run counts as trained when both ``.complete`` and
+    ``train.json`` exist, so a kill anywhere before that resumes training from the last checkpoint instead of
+    leaving the run stuck. No checkpoint is written at the last step (the model is saved right after).
+    """
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.base.sampler import BatchSamplers
+    from sentence_transformers import SentenceTransformerTrainer
 
     from st_magnitude.convert import apply_similarity
 
@@ -292,45 +505,52 @@ def train_run(
     n = config.steps * config.batch_size
     data = Dataset.from_dict({"anchor": pairs["anchor"][: n * 2], "positive": pairs["positive"][: n * 2]})
     ckpt_dir = run_dir / "checkpoints"
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(ckpt_dir),
-        max_steps=config.steps,
-        per_device_train_batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        warmup_steps=max(1, config.steps // 10),
-        seed=config.seed,
-        data_seed=config.seed,
-        batch_sampler=BatchSamplers.NO_DUPLICATES,
-        router_mapping={"anchor": "query", "positive": "document"},
-        # γ̂ gets its own learning rate (digest 000 §4: at encoder LRs it barely moves)
-        learning_rate_mapping={r"gamma_(query|document)_logit": 1e-2} if variant == "learnable" else {},
-        save_strategy="steps",
-        save_steps=max(10, config.steps // 5),
-        save_total_limit=1,
-        logging_steps=max(1, config.steps // 10),
-        report_to=[],
-        use_cpu=device == "cpu",
-        dataloader_drop_last=True,
-        disable_tqdm=False,
-    )
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
-    resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.is_dir() else False
-    t0 = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=True if resume else None)
-    seconds = time.perf_counter() - t0
-    model_dir = run_dir / "model"
-    if model_dir.exists():
-        shutil.rmtree(model_dir)
-    model.save(str(model_dir))
-    (model_dir / ".complete").write_text("ok")
-    shutil.rmtree(ckpt_dir, ignore_errors=True)
-    gammas = {}
+    checkpoints = whole_checkpoints(ckpt_dir)
+    resume_from = checkpoints[-1] if checkpoints else None
+    for older in checkpoints[:-1]:
+        shutil.rmtree(older, ignore_errors=True)  # resuming needs the last one only
+    args = training_arguments(config, variant, ckpt_dir, device)
+    progress = _TrainProgress()
+    if resume_from is not None:
+        progress = _TrainProgress.from_state(json.loads((resume_from / CHECKPOINT_STATE).read_text()))
+        logger.info("resuming %s from %s", run_dir.name, resume_from)
+    hook = loss.register_forward_hook(progress.record)
+    callbacks = [_progress_callback(progress)]
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=callbacks)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+    finally:
+        hook.remove()
+    info = {
+        "train_loss": progress.loss_sum / max(progress.loss_steps, 1),
+        "train_seconds": progress.elapsed(),
+        "train_steps": progress.loss_steps,
+        "resumed": resume_from is not None,
+        "resumed_from_step": int(resume_from.name.removeprefix("checkpoint-")) if resume_from is not None else None,
+    }
     from st_magnitude.convert import model_gammas
 
     g = model_gammas(model)
     if g is not None:
-        gammas = {"gamma_query": g[0], "gamma_document": g[1]}
-    return {"train_loss": float(result.training_loss), "train_seconds": seconds, "resumed": resume, **gammas}
+        info.update(gamma_query=g[0], gamma_document=g[1])
+    model_dir = run_dir / "model"
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    model.save(str(model_dir))
+    _atomic_json(run_dir / "train.json", info)
+    (model_dir / ".complete").write_text("ok")
+    shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return info
+
+
+def trained_info(run_dir: Path) -> dict[str, Any] | None:
+    """train.json of a finished training (``model/.complete`` and a readable ``train.json``), else None."""
+    if not (run_dir / "model" / ".complete").exists():
+        return None
+    try:
+        return json.loads((run_dir / "train.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -419,22 +639,85 @@ def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
     """Run (or resume) the comparison; returns ``{"rows": [...], "kappa": {...}, "output_dir": ...}``."""
     validate(config)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(config.output_dir)
+    _check_writable(out)
+    lock = _output_lock(out)
+    if lock is not None:
+        lock.check_free()  # a second run into a busy folder stops here, before any slow preparation
     data_dir = resolve_data_dir(config.data_dir)
     train_folder = resolve_dataset(config.train_data, data_dir, "train" if config.train_data else "test")
     eval_folders = {Path(n).name: resolve_dataset(n, data_dir, "test") for n in config.eval_data}
-    out = Path(config.output_dir)
-    _check_writable(out)
+    if len(eval_folders) != len(config.eval_data):
+        raise ValueError(f"two evaluation datasets share a folder name: {', '.join(config.eval_data)}")
     base_model, base_desc, base_path = load_base_model(
         config.model, device, config.max_seq_length, config.trust_remote_code
     )
+    # the data is read (and validated) before anything is written: a bad corpus leaves no folder behind
+    eval_sets = load_eval_sets(eval_folders, config)
+    pairs = training_pairs(train_folder, config.steps * config.batch_size, config.seed)
+    if len(pairs["anchor"]) < config.batch_size:
+        raise ValueError(
+            f"{train_folder} gives {len(pairs['anchor'])} training pairs, fewer than one batch ({config.batch_size})"
+        )
+    held = {"base_model": base_model}  # handed over, so the base model is freed once κ has run
+    del base_model
 
-    # -- everything validated: start writing ------------------------------------------------------------------
-    out.mkdir(parents=True, exist_ok=True)
+    # -- everything validated: start writing (one process per output folder) ----------------------------------
+    with lock or contextlib.nullcontext():
+        if lock is not None and lock.took_over:
+            log(f"note: took over a stale lock left by pid {lock.took_over.get('pid')} (no longer running)")
+        return _run_locked(
+            config, out, device, held, base_desc, base_path, train_folder, eval_folders, eval_sets, pairs, log
+        )
+
+
+def _output_lock(out: Path) -> OutputLock | None:
+    """The folder lock, held by the first process of a distributed launch only (its peers share its work)."""
+    rank = os.environ.get("RANK", "0")
+    return OutputLock(out) if not rank.isdigit() or int(rank) == 0 else None
+
+
+def _check_fingerprint(out: Path, config: CompareConfig) -> None:
+    """Refuse a folder holding runs trained with other settings; a config.json without runs binds nothing."""
     cfg_path = out / "config.json"
-    if cfg_path.exists():
-        previous = json.loads(cfg_path.read_text()).get("fingerprint")
-        if previous and previous != json.loads(json.dumps(config.fingerprint())):
-            raise ValueError(f"{out} holds runs made with another configuration ({previous}); use a new --output-dir")
+    runs_dir = out / "runs"
+    if not cfg_path.exists() or not (runs_dir.is_dir() and any(runs_dir.iterdir())):
+        return
+    previous = json.loads(cfg_path.read_text()).get("fingerprint")
+    if not previous:
+        return
+    previous = {**_LEGACY_FINGERPRINT, **previous}
+    current = json.loads(json.dumps(config.fingerprint()))
+    changed = [f"{k} {previous.get(k)!r} there, {v!r} now" for k, v in current.items() if previous.get(k) != v]
+    if changed:
+        raise ValueError(
+            f"{out} holds runs trained with other settings ({'; '.join(changed)}); use a new --output-dir, or the "
+            "same settings to resume"
+        )
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _run_locked(
+    config: CompareConfig,
+    out: Path,
+    device: str,
+    held: dict,
+    base_desc: str,
+    base_path: str,
+    train_folder: Path,
+    eval_folders: dict[str, Path],
+    eval_sets: list[EvalSet],
+    pairs: dict,
+    log,
+) -> dict[str, Any]:
+    cfg_path = out / "config.json"
+    _check_fingerprint(out, config)
     _atomic_json(
         cfg_path,
         {
@@ -446,15 +729,16 @@ def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
     )
     log(f"base model: {base_desc} | device: {device} | profile: {config.profile}")
 
-    eval_sets = load_eval_sets(eval_folders, config)
     for es in eval_sets:
         log(f"eval {es.name}: {es.data!r}" + (f"  [{es.data.note}]" if es.data.note else ""))
 
     kappa = None
     kappa_path = out / "kappa.json"
+    base_model = held.pop("base_model")
     if config.kappa:
-        if kappa_path.exists():
-            kappa = json.loads(kappa_path.read_text())
+        kappa = _read_json(kappa_path)
+        if kappa and kappa.get("settings") == json.loads(json.dumps(config.kappa_key())):
+            pass  # computed earlier with these settings
         else:
             from st_magnitude.diagnostics.report import run_kappa
 
@@ -473,52 +757,68 @@ def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
                 "summary": res.summary(),
                 "seconds": secs,
                 "pairs": source,
+                "settings": config.kappa_key(),
             }
             _atomic_json(kappa_path, kappa)
         log(f"κ rule on the base model: {kappa['summary']}")
     del base_model
 
-    pairs = training_pairs(train_folder, config.steps * config.batch_size, config.seed)
     runs = [(v, loss) for loss in config.losses for v in config.variants if not (loss == "l2dir" and v != "cosine")]
     if any(loss == "l2dir" for loss in config.losses) and any(v != "cosine" for v in config.variants):
         log("note: l2dir trains a cosine retriever (NAP head feeds InfoTN only); it runs once, as cosine-l2dir")
     rows, all_norms = [], {}
     from tqdm.auto import tqdm
 
+    eval_keys = {es.name: config.eval_key(eval_folders[es.name]) for es in eval_sets}
     for variant, loss_name in tqdm(runs, desc="variants", unit="run"):
         run_id = f"{variant}-{loss_name}"
         run_dir = out / "runs" / run_id
         metrics_path = run_dir / "metrics.json"
-        if metrics_path.exists():
+        record = _read_json(metrics_path)
+        # datasets this run has no metrics for, or has metrics made on other data / subsampling settings
+        todo = [
+            es
+            for es in eval_sets
+            if record is None
+            or es.name not in record.get("metrics", {})
+            or record.get("eval", {}).get(es.name) != json.loads(json.dumps(eval_keys[es.name]))
+        ]
+        if not todo:
             log(f"[{run_id}] finished earlier: skipped")
-            record = json.loads(metrics_path.read_text())
         else:
             run_dir.mkdir(parents=True, exist_ok=True)
             model_dir = run_dir / "model"
             torch.manual_seed(config.seed)
-            if (model_dir / ".complete").exists():
-                log(f"[{run_id}] trained earlier: evaluating")
-                train_info = json.loads((run_dir / "train.json").read_text())
+            train_info = trained_info(run_dir)
+            if train_info is not None:
+                log(f"[{run_id}] trained earlier: evaluating {', '.join(es.name for es in todo)}")
+                shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # left by a kill after .complete
             else:
+                if (model_dir / ".complete").exists():
+                    log(f"[{run_id}] its training did not finish writing (no train.json): training again")
                 log(f"[{run_id}] training {config.steps} steps × batch {config.batch_size}")
                 train_info = train_run(base_path, variant, loss_name, config, pairs, run_dir, device)
-                _atomic_json(run_dir / "train.json", train_info)
+                record, todo = None, list(eval_sets)  # metrics of an earlier model do not describe this one
             from st_magnitude.integrations.models import load_model
 
             model = load_model(str(model_dir), device=device, max_seq_length=config.max_seq_length)
             t0 = time.perf_counter()
-            metrics, norms = evaluate_model(model, eval_sets)
+            metrics, norms = evaluate_model(model, todo)
+            previous = record or {}
             record = {
                 "variant": variant,
                 "loss": loss_name,
                 "train": train_info,
-                "metrics": metrics,
-                "norms": norms,
-                "eval_seconds": time.perf_counter() - t0,
+                "metrics": {**previous.get("metrics", {}), **metrics},
+                "norms": {**previous.get("norms", {}), **norms},
+                "eval": {**previous.get("eval", {}), **{es.name: eval_keys[es.name] for es in todo}},
+                "eval_seconds": previous.get("eval_seconds", 0.0) + time.perf_counter() - t0,
             }
             _atomic_json(metrics_path, record)
-        all_norms[run_id] = record["norms"]
-        for ds, m in record["metrics"].items():
+        # the table holds exactly the requested datasets (records may hold more from earlier invocations)
+        all_norms[run_id] = {es.name: record["norms"][es.name] for es in eval_sets}
+        for ds in (es.name for es in eval_sets):
+            m = record["metrics"][ds]
             rows.append(
                 {
                     "run": run_id,

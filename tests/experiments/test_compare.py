@@ -92,7 +92,7 @@ def test_compare_refuses_a_changed_configuration(setup, tmp_path):
     model_dir, data = setup
     out = tmp_path / "out"
     run_compare(config(model_dir, data, out, variants=("dot",), kappa=False), log=lambda s: None)
-    with pytest.raises(ValueError, match="another configuration"):
+    with pytest.raises(ValueError, match="trained with other settings"):
         run_compare(config(model_dir, data, out, variants=("dot",), steps=3, kappa=False), log=lambda s: None)
 
 

@@ -1,0 +1,166 @@
+"""One writer per output folder: a lock file that names its holder and is taken over when its holder died.
+
+``OUT/.lock`` holds ``{"pid", "host", "started"}`` of the process working in ``OUT``. Where the platform has
+``fcntl`` the file is also ``flock``-ed for the life of the process, so the kernel releases it when the holder dies
+however it died (SIGKILL included), and two processes racing for a stale lock cannot both win. Where it has not, the
+holder's pid is checked instead (same host only). A second process refuses at once with a message naming the holder;
+a lock whose holder is gone is taken over with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: pid check only
+    fcntl = None
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FolderLocked", "OutputLock", "pid_alive"]
+
+LOCK_NAME = ".lock"
+
+
+class FolderLocked(FileExistsError):
+    """Another live process works in this folder."""
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host (a zombie counts as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:  # pragma: no cover - e.g. Windows without the pid
+        return False
+    try:  # a killed child its parent has not reaped yet is not alive
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _describe(info: dict[str, Any]) -> str:
+    started = info.get("started")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
+    return f"pid {info.get('pid', '?')} on host {info.get('host', '?')}, started {when}"
+
+
+class OutputLock:
+    """``with OutputLock(folder): ...`` — hold ``folder/.lock`` or raise :class:`FolderLocked` naming the holder."""
+
+    def __init__(self, folder: str | os.PathLike[str]):
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self._fd: int | None = None
+        self.took_over: dict[str, Any] | None = None  # the stale holder's record, when we replaced one
+
+    # -- reading --------------------------------------------------------------------------------------------------
+    def holder(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8") or "null")
+        except (OSError, ValueError):
+            return None
+
+    def _refuse(self, info: dict[str, Any] | None) -> FolderLocked:
+        who = _describe(info) if info else "another process (its lock record is unreadable)"
+        return FolderLocked(
+            f"{self.folder} is in use by {who}; wait for it to finish, stop it, or choose another --output-dir "
+            f"(lock file: {self.path})"
+        )
+
+    def _held_by_live_process(self, info: dict[str, Any] | None) -> bool:
+        if not info or not isinstance(info.get("pid"), int):
+            return False
+        if info.get("host") != socket.gethostname():
+            return True  # cannot tell: a process on another machine may hold it
+        return pid_alive(info["pid"])
+
+    # -- acquiring ------------------------------------------------------------------------------------------------
+    def check_free(self) -> None:
+        """Raise :class:`FolderLocked` now if a live process holds the folder (call before slow preparation)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError:
+            return  # no lock file (or no folder): free
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    raise self._refuse(self.holder()) from None
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            elif self._held_by_live_process(self.holder()):
+                raise self._refuse(self.holder())
+        finally:
+            os.close(fd)
+
+    def acquire(self) -> OutputLock:
+        if self._fd is not None:
+            raise RuntimeError("lock already held by this object")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for _ in range(20):  # retries only when the file was replaced under us
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if fcntl is not None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError:
+                        raise self._refuse(self.holder()) from None
+                    # the holder may have removed the file between our open and flock: lock the file on disk
+                    try:
+                        same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                    except FileNotFoundError:
+                        same = False
+                    if not same:
+                        os.close(fd)
+                        continue
+                info = self.holder()
+                if info and info.get("pid") != os.getpid():
+                    # with flock a free lock means its holder is gone (the kernel released it); without, ask the pid
+                    if fcntl is None and self._held_by_live_process(info):
+                        raise self._refuse(info)
+                    self.took_over = info
+                    logger.warning(
+                        "taking over the stale lock of %s left by %s (no longer running)", self.folder, _describe(info)
+                    )
+                record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(record).encode("utf-8"), 0)
+                os.fsync(fd)
+                self._fd = fd
+                return self
+            except BaseException:
+                if self._fd is None:
+                    os.close(fd)
+                raise
+        raise FolderLocked(f"could not lock {self.path}: it keeps being replaced by another process")
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            # remove the file while still holding the lock, so nobody can lock the old inode after we let go
+            if self.holder() and self.holder().get("pid") == os.getpid():
+                self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

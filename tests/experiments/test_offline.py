@@ -1,0 +1,30 @@
+"""resolve_model_source: the offline-wheel rule of `compare`, for every command that loads a model by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from st_magnitude.experiments import offline
+from st_magnitude.experiments.offline import OFFLINE_WHEEL_MODEL, resolve_model_source
+
+
+def test_other_names_and_local_folders_are_returned_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setattr(offline, "offline_model_path", lambda: tmp_path)
+    assert resolve_model_source("BAAI/bge-small-en-v1.5") == ("BAAI/bge-small-en-v1.5",) * 2
+    assert resolve_model_source(str(tmp_path)) == (str(tmp_path),) * 2
+
+
+def test_default_id_prefers_the_cache_then_the_wheel_then_the_hub(tmp_path, monkeypatch):
+    monkeypatch.setattr(offline, "offline_model_path", lambda: tmp_path)
+    monkeypatch.setattr(offline, "_in_hub_cache", lambda repo: True)
+    assert resolve_model_source(OFFLINE_WHEEL_MODEL) == (OFFLINE_WHEEL_MODEL, OFFLINE_WHEEL_MODEL)
+    monkeypatch.setattr(offline, "_in_hub_cache", lambda repo: False)
+    path, desc = resolve_model_source(OFFLINE_WHEEL_MODEL)
+    assert path == str(tmp_path) and "offline wheel" in desc
+    monkeypatch.setattr(offline, "offline_model_path", lambda: None)
+    assert resolve_model_source(OFFLINE_WHEEL_MODEL) == (OFFLINE_WHEEL_MODEL, OFFLINE_WHEEL_MODEL)
+
+
+def test_the_installed_wheel_is_found():
+    path = offline.offline_model_path()
+    assert path is None or (Path(path) / "modules.json").is_file()
