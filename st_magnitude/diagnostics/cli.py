@@ -10,11 +10,12 @@ logger = logging.getLogger(__name__)
 def add_subcommands(subparsers) -> None:
     p = subparsers.add_parser(
         "diagnose",
-        help="magnitude diagnostics + which side to normalise (κ rule with bootstrap CI); writes a report",
+        help="magnitude diagnostics + which side to normalise (κ rule with a half-sampling CI); writes a report",
         description=(
-            "Norm statistics by role, Cohen's d of document norms (labelled and label-free), query-norm CV, "
-            "component FIM table, κ(F_qnorm) vs κ(F_dnorm) with a bootstrap interval, pooled ROC-AUC, "
-            "cross-evaluation; report.md + PNGs in --output."
+            "Norm statistics by role, Cohen's d of document norms (labelled, and label-free with cosine-ranked "
+            "pseudo-labels), query-norm CV, a single-model component-FIM profile, κ(F_qnorm) vs κ(F_dnorm) with a "
+            "half-sampling interval (inconclusive below 8n pairs), pooled ROC-AUC, cross-evaluation; report.md + "
+            "PNGs in --output."
         ),
     )
     p.add_argument("model", help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
@@ -25,14 +26,27 @@ def add_subcommands(subparsers) -> None:
         default="train",
         help="qrels split the κ pairs are sampled from (default train; falls back to test)",
     )
-    p.add_argument("--n-pairs", type=int, default=2000, help="(query, positive) pairs for κ (default 2000 ≥ 2n)")
-    p.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples for the κ interval")
+    p.add_argument(
+        "--n-pairs",
+        type=int,
+        default=None,
+        help="(query, positive) pairs for κ (default 8n from the model's embedding dim n, e.g. 3072 for n = 384; "
+        "fewer give an inconclusive verdict)",
+    )
+    p.add_argument(
+        "--resamples",
+        "--bootstrap",
+        dest="bootstrap",
+        type=int,
+        default=100,
+        help="half-sample replicates (N/2 pairs each, without replacement) for the κ interval (default 100)",
+    )
     p.add_argument("--max-seq-length", type=int, default=128, help="token cap for norms/AUC (default 128)")
     p.add_argument(
         "--kappa-max-seq-length",
         type=int,
         default=64,
-        help="token cap for the κ pairs (default 64: 2000 MiniLM pairs in about 30 s on 2 cores)",
+        help="token cap for the κ pairs (default 64: 2000 MiniLM pairs encode in about 30 s on 2 cores)",
     )
     p.add_argument("--max-corpus", type=int, default=None, help="NanoBEIR-style corpus subsample per dataset")
     p.add_argument("--max-queries", type=int, default=None)
@@ -46,8 +60,8 @@ def add_subcommands(subparsers) -> None:
 def _run(args) -> int:
     from st_magnitude.diagnostics.report import diagnose
 
-    if args.n_pairs <= 1 or args.bootstrap < 0:
-        raise ValueError("--n-pairs must be > 1 and --bootstrap >= 0")
+    if (args.n_pairs is not None and args.n_pairs <= 1) or args.bootstrap < 0:
+        raise ValueError("--n-pairs must be > 1 (default: 8n) and --resamples >= 0")
     if args.threads:
         import torch
 
@@ -72,7 +86,8 @@ def _run(args) -> int:
         print(f"κ rule ({diag.kappa_source}, {diag.kappa_seconds:.1f} s): {diag.kappa.summary()}")
     for ds in diag.datasets:
         print(
-            f"{ds.name}: Cohen's d {_d(ds.cohens_d)} ({ds.cohens_d_band}), label-free {_d(ds.cohens_d_label_free)}; "
+            f"{ds.name}: Cohen's d {_d(ds.cohens_d)} ({ds.cohens_d_band}), label-free (cosine top-{ds.label_free_k}) "
+            f"{_d(ds.cohens_d_label_free)}; "
             f"query-norm CV {ds.query_norms['cv_percent']:.2f}%; pooled AUC {ds.pooled_auc:.4f} "
             f"(per-query {ds.per_query_auc:.4f})" + (f" [{ds.note}]" if ds.note else "")
         )
