@@ -31,8 +31,11 @@
    :data:`KAPPA_REPLICATE_PAIRS_PER_DIM` · n = 4n pairs. The interval comes from half-sampling without replacement
    (the delete-N/2 jackknife): each replicate is a κ of ⌊N/2⌋ *distinct* pairs (a bootstrap with replacement holds
    only ≈ 0.63·N distinct pairs, so at N = 800, n = 384 every bootstrap replicate was below 2n and measured the
-   damping), and a half-sample's Δ has the full-N estimate's first-order variance (finite population correction
-   1 − m/N = 1/2), so the percentile interval of the replicates is reported unscaled. Hence the minimum pair budget
+   damping). A half-sample's Δ has the full-N estimate's first-order variance (finite population correction
+   1 − m/N = 1/2), so the interval is Δ_N + [q_α − mean, q_(1−α) − mean] of the replicate Δs, unscaled: centred on
+   Δ_N because κ is biased at finite N (sampling error pulls λ_min down, more at N/2 than at N) and the replicates
+   share that larger bias. It is a *sampling* interval (what another N pairs from the same pool would give); the
+   finite-N bias itself is what the minimum budget controls. Hence the minimum pair budget
    :func:`kappa_min_pairs` = :data:`KAPPA_MIN_PAIRS_PER_DIM` · n = 8n (half-samples of ≥ 4n pairs), which is also
    the default budget. The verdict is "confident" only when N ≥ 8n and the interval excludes 0 on the side of Δ;
    otherwise it is "inconclusive" with the reason, and no side is recommended.
@@ -294,9 +297,10 @@ def recommend_normalization(
             bd, _ = condition_number(fisher_matrix(grads["dnorm"][idx]), rtol, damping)
             deltas.append(math.log10(bq) - math.log10(bd))
     lo = hi = None
-    if deltas:
+    if deltas:  # centred on the full-sample Δ: the spread of the half-samples, not their (smaller-N) bias
         alpha = (1 - confidence) / 2
-        lo, hi = (float(x) for x in np.quantile(deltas, [alpha, 1 - alpha]))
+        centre = float(np.mean(deltas))
+        lo, hi = (delta + float(x) - centre for x in np.quantile(deltas, [alpha, 1 - alpha]))
     if not enough:
         reason = f"N = {n_pairs} pairs is below the minimum {min_pairs} = {min_pairs / dim:g}n"
         if n_bootstrap > 0:
