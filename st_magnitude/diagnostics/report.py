@@ -291,8 +291,9 @@ def _plot_norms(rel: list[float], irrel: list[float], path: str, title: str) -> 
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     bins = np.histogram_bin_edges(np.r_[rel, irrel], bins=40)
-    ax.hist(irrel, bins=bins, alpha=0.6, density=True, label=f"irrelevant (n={len(irrel)})")
-    ax.hist(rel, bins=bins, alpha=0.6, density=True, label=f"relevant (n={len(rel)})")
+    for values, label in ((irrel, "irrelevant"), (rel, "relevant")):
+        if values:  # an empty group (every document judged) has no density
+            ax.hist(values, bins=bins, alpha=0.6, density=True, label=f"{label} (n={len(values)})")
     ax.set(xlabel="document norm ‖d‖ (raw)", ylabel="density", title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()

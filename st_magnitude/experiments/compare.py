@@ -56,7 +56,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         max_seq_length=128,
         max_corpus=300,
         max_queries=30,
-        kappa_pairs=800,
+        kappa_pairs=None,  # None: 8n from the model's embedding dim (3072 for MiniLM), the κ rule's minimum
         kappa_bootstrap=20,
         learning_rate=5e-5,
     ),
@@ -66,7 +66,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         max_seq_length=256,
         max_corpus=None,
         max_queries=None,
-        kappa_pairs=2000,
+        kappa_pairs=None,  # None: 8n from the model's embedding dim
         kappa_bootstrap=200,
         learning_rate=2e-5,
     ),
@@ -89,7 +89,7 @@ class CompareConfig:
     learning_rate: float = 5e-5
     max_corpus: int | None = 300
     max_queries: int | None = 30
-    kappa_pairs: int = 800
+    kappa_pairs: int | None = None  # None: 8n (diagnostics.fim.kappa_min_pairs)
     kappa_bootstrap: int = 20
     seed: int = 42
     scale: float = 20.0
