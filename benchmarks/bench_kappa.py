@@ -1,7 +1,8 @@
 """Time the κ(F_qnorm) vs κ(F_dnorm) recommender on all-MiniLM-L6-v2, and sweep its verdict over pair counts.
 
 Timing (default): ``run_kappa`` with its default budget of 8n pairs (3072 for n = 384) from SciFact/NFCorpus train,
-including encoding; prints wall time and process CPU time.
+including encoding; prints wall time and process CPU time. With ``--data .../nfcorpus --resamples 20 --seed 42`` it
+is exactly the κ step of ``st-magnitude compare --quick`` (README "Results").
 
     .venv/bin/python benchmarks/bench_kappa.py --threads 2
 
@@ -89,6 +90,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--sweep", type=_ints, default=None, help="comma-separated pair counts: print the verdict table")
     p.add_argument("--seeds", type=_ints, default=[42, 43, 44], help="sampling/resampling seeds for --sweep")
+    p.add_argument("--seed", type=int, default=0, help="pair-sampling/resampling seed of the timed run")
     args = p.parse_args(argv)
 
     import torch
@@ -108,7 +110,12 @@ def main(argv=None) -> int:
         return 0
     cpu0 = time.process_time()
     res, sec, source = run_kappa(
-        model, args.data, n_pairs=args.n_pairs, n_bootstrap=args.resamples, max_seq_length=args.max_seq_length
+        model,
+        args.data,
+        n_pairs=args.n_pairs,
+        n_bootstrap=args.resamples,
+        seed=args.seed,
+        max_seq_length=args.max_seq_length,
     )
     cpu = time.process_time() - cpu0
     print(f"pairs: {source}; max_seq_length {args.max_seq_length}; threads {args.threads}")

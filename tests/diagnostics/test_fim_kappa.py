@@ -135,6 +135,18 @@ def test_below_the_minimum_the_verdict_is_inconclusive(n_pairs):
     assert "confident" not in res.summary() and "inconclusive, no recommendation" in res.summary()
 
 
+def test_damped_fisher_below_2n_is_never_confident():
+    # the symptom in miniature: N = 48 < 2n = 64, damping makes both log10 κ = 6.0000 and Δ ≈ 0 is
+    # rounding noise; the old bootstrap called it "recommend qnorm ... confident"
+    q, d = _skewed_pairs(8, n=48, dim=32)
+    res = recommend_normalization(q, d, n_bootstrap=50, seed=0)
+    assert res.damping > 0 and abs(res.delta) < 1e-5
+    assert res.log10_kappa_qnorm == pytest.approx(6.0, abs=1e-4) and res.log10_kappa_dnorm == pytest.approx(
+        6.0, abs=1e-4
+    )
+    assert not res.confident and res.recommendation == "inconclusive" and "confident" not in res.summary()
+
+
 def test_replicates_are_half_samples_of_distinct_pairs(monkeypatch):
     # every replicate F is the plain mean over ⌊N/2⌋ *distinct* pairs (≥ 4n), never multinomial bootstrap weights
     import st_magnitude.diagnostics.fim as fim
