@@ -290,6 +290,13 @@ def recommend_normalization(
     m = n_pairs // 2
     enough = n_pairs >= min_pairs
     if enough and n_bootstrap > 0:
+        if n_bootstrap < 40:
+            logger.warning(
+                "κ rule: a %d%% interval from %d replicates is coarse (its tail quantiles are interpolated between "
+                "the extreme replicates); use >= 100 (diagnose's default).",
+                int(confidence * 100),
+                n_bootstrap,
+            )
         gen = torch.Generator().manual_seed(seed)
         for _ in range(n_bootstrap):
             idx = torch.randperm(n_pairs, generator=gen)[:m]  # ⌊N/2⌋ distinct pairs, each ≥ 4n
