@@ -216,3 +216,44 @@ def test_half_sampling_interval_has_the_full_sample_spread_and_coverage():
     covered = np.mean([r.ci_low <= fresh.mean() <= r.ci_high for r in runs])
     assert covered >= 0.8, covered
     assert all(r.ci_low <= r.delta <= r.ci_high for r in runs)  # centred on the full-sample estimate
+
+
+def test_swapping_roles_swaps_the_recommendation():
+    # [∂s/∂q; ∂s/∂d] of qnorm on (q, d) is a block permutation of dnorm's on (d, q): same spectrum, so
+    # Δ(q, d) = −Δ(d, q) and the side Δ points to flips (unless Δ = 0).
+    q, d = _pairs(6, n=40, dim=5)
+    d = d * torch.linspace(0.1, 10, 40, dtype=torch.float64)[:, None]
+    a = recommend_normalization(q, d, n_bootstrap=0)
+    b = recommend_normalization(d, q, n_bootstrap=0)
+    assert a.delta == pytest.approx(-b.delta, abs=1e-9)
+    assert a.delta != 0 and a.lean != b.lean
+    assert a.recommendation == b.recommendation == "inconclusive" and a.reason == "no interval (n_bootstrap = 0)"
+
+
+def test_input_validation():
+    with pytest.raises(ValueError, match="pair matrices"):
+        component_fim(torch.randn(3, 4), torch.randn(2, 4), 1, 0)
+    with pytest.raises(ValueError, match="variant must be 'qnorm' or 'dnorm'"):
+        pair_gradients(torch.randn(3, 4), torch.randn(3, 4), "cosine")
+    with pytest.raises(ValueError, match="gamma_query must lie in"):
+        component_fim(torch.randn(3, 4), torch.randn(3, 4), 2, 0)
+
+
+@pytest.mark.slow
+def test_kappa_rule_on_minilm_below_and_at_the_minimum(minilm_dir, beir_dir):
+    # all-MiniLM-L6-v2 (n = 384), 64 tokens. 800 SciFact train pairs (≥ 2n, < 8n): full-rank F, but inconclusive
+    # with no interval. 8n = 3072 NFCorpus train pairs, seed 42, 20 half-samples (compare --quick's κ step):
+    # qnorm, confident — the numbers in README "Results" and docs/diagnostics.md.
+    from st_magnitude.diagnostics import run_kappa
+    from st_magnitude.integrations.models import load_model
+
+    torch.set_num_threads(2)
+    model = load_model(str(minilm_dir), max_seq_length=64)
+    res, seconds, source = run_kappa(model, [beir_dir / "scifact"], n_pairs=800, n_bootstrap=10)
+    assert res.n_pairs == 800 and res.dim == 384 and res.damping == 0.0 and "scifact/train" in source
+    assert res.rank_qnorm > 700 and res.rank_dnorm > 700 and math.isfinite(res.delta)
+    assert res.verdict == "inconclusive" and res.ci_low is None and res.min_pairs == 3072
+    res, seconds, source = run_kappa(model, [beir_dir / "nfcorpus"], n_bootstrap=20, seed=42)
+    assert res.n_pairs == 3072 and res.subsample_size == 1536
+    assert res.verdict == "confident" and res.recommendation == "qnorm"
+    assert res.delta == pytest.approx(-0.0336, abs=2e-3) and res.ci_high < 0
