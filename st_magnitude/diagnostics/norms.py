@@ -10,8 +10,9 @@
   corpus-level split implied by Table 25's NovelHopQA footnote). Label-free mode (paper: "retrieval scores as
   proxies", details unspecified): the top-k documents for each query *by cosine* are pseudo-relevant
   (:func:`label_free_doc_norm_cohens_d`). Cosine ignores the norms, so the pseudo-labels cannot select documents
-  for their norm: ranking by dot or qnorm (∝ ‖d‖) would, and then d > 0 is built in (with norms that carry no
-  relevance signal, labelled d ≈ 0.01, top-k by dot gave d = +2.41).
+  for their norm: ranking by dot or qnorm (∝ ‖d‖) would, and then d > 0 is built in (synthetic corpus whose norms
+  carry no relevance signal, tests/diagnostics/test_norm_statistics.py: labelled d +0.05, top-10 by dot +3.05,
+  top-10 by cosine +0.02).
 * Effect-size bands (paper): |d| ≥ 0.8 large, ≥ 0.5 medium, ≥ 0.2 small, else negligible; d > 0 suggests qnorm
   (document magnitude carries relevance), d < 0 dnorm (paper 000 Fig. 5 caption, digest §5.3).
 * CV = σ/μ of query norms (App. N.2, eq. 27, in %), and ΔCV = CV_B / CV_A between two models (paper: DNorm-trained
