@@ -10,11 +10,13 @@ from st_magnitude.diagnostics.cross_eval import (
     format_matrix,
 )
 from st_magnitude.diagnostics.fim import (
+    KAPPA_MIN_PAIRS_PER_DIM,
     ConditionNumberResult,
     component_fim,
     component_fim_table,
     condition_number,
     fisher_matrix,
+    kappa_min_pairs,
     pair_gradients,
     recommend_normalization,
 )
@@ -24,6 +26,7 @@ from st_magnitude.diagnostics.norms import (
     delta_cv,
     doc_norm_cohens_d,
     effect_size_band,
+    label_free_doc_norm_cohens_d,
     norm_stats,
     pseudo_relevant_from_results,
 )
@@ -31,6 +34,7 @@ from st_magnitude.diagnostics.report import DatasetDiagnosis, Diagnosis, diagnos
 
 __all__ = [
     "EVAL_SIMILARITIES",
+    "KAPPA_MIN_PAIRS_PER_DIM",
     "ConditionNumberResult",
     "DatasetDiagnosis",
     "Diagnosis",
@@ -47,7 +51,9 @@ __all__ = [
     "effect_size_band",
     "fisher_matrix",
     "format_matrix",
+    "kappa_min_pairs",
     "kappa_pairs",
+    "label_free_doc_norm_cohens_d",
     "norm_stats",
     "pair_gradients",
     "pseudo_relevant_from_results",

@@ -13,11 +13,12 @@ logger = logging.getLogger(__name__)
 def add_subcommands(subparsers) -> None:
     p = subparsers.add_parser(
         "diagnose",
-        help="magnitude diagnostics + which side to normalise (κ rule with bootstrap CI); writes a report",
+        help="magnitude diagnostics + which side to normalise (κ rule with a half-sampling CI); writes a report",
         description=(
-            "Norm statistics by role, Cohen's d of document norms (labelled and label-free), query-norm CV, "
-            "component FIM table, κ(F_qnorm) vs κ(F_dnorm) with a bootstrap interval, pooled ROC-AUC, "
-            "cross-evaluation; report.md + PNGs in --output."
+            "Norm statistics by role, Cohen's d of document norms (labelled, and label-free with cosine-ranked "
+            "pseudo-labels), query-norm CV, a single-model component-FIM profile, κ(F_qnorm) vs κ(F_dnorm) with a "
+            "half-sampling interval (inconclusive below 8n pairs), pooled ROC-AUC, cross-evaluation; report.md + "
+            "PNGs in --output."
         ),
     )
     p.add_argument("model", help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
@@ -30,15 +31,26 @@ def add_subcommands(subparsers) -> None:
         "a split given here must exist in every folder)",
     )
     p.add_argument(
-        "--n-pairs", type=positive_int, default=2000, help="(query, positive) pairs for κ (default 2000 ≥ 2n)"
+        "--n-pairs",
+        type=positive_int,
+        default=None,
+        help="(query, positive) pairs for κ (default 8n from the model's embedding dim n, e.g. 3072 for n = 384; "
+        "fewer give an inconclusive verdict)",
     )
-    p.add_argument("--bootstrap", type=non_negative_int, default=100, help="bootstrap resamples for the κ interval")
+    p.add_argument(
+        "--resamples",
+        "--bootstrap",
+        dest="bootstrap",
+        type=non_negative_int,
+        default=100,
+        help="half-sample replicates (N/2 pairs each, without replacement) for the κ interval (default 100)",
+    )
     p.add_argument("--max-seq-length", type=positive_int, default=128, help="token cap for norms/AUC (default 128)")
     p.add_argument(
         "--kappa-max-seq-length",
         type=positive_int,
         default=64,
-        help="token cap for the κ pairs (default 64: 2000 MiniLM pairs in about 30 s on 2 cores)",
+        help="token cap for the κ pairs (default 64: 2000 MiniLM pairs encode in about 30 s on 2 cores)",
     )
     p.add_argument("--max-corpus", type=positive_int, default=None, help="NanoBEIR-style corpus subsample per dataset")
     p.add_argument("--max-queries", type=positive_int, default=None)
@@ -58,7 +70,7 @@ def _check_args(args) -> None:
     """Everything that can be checked before loading a model or reading data."""
     from st_magnitude.integrations.data import _available_splits, load_beir
 
-    if args.n_pairs <= 1:
+    if args.n_pairs is not None and args.n_pairs <= 1:
         raise ValueError(f"--n-pairs must be > 1, got {args.n_pairs}")
     for folder in args.data:
         path = Path(folder)
@@ -98,7 +110,8 @@ def _run(args) -> int:
         print(f"κ rule ({diag.kappa_source}, {diag.kappa_seconds:.1f} s): {diag.kappa.summary()}")
     for ds in diag.datasets:
         print(
-            f"{ds.name}: Cohen's d {_d(ds.cohens_d)} ({ds.cohens_d_band}), label-free {_d(ds.cohens_d_label_free)}; "
+            f"{ds.name}: Cohen's d {_d(ds.cohens_d)} ({ds.cohens_d_band}), label-free (cosine top-{ds.label_free_k}) "
+            f"{_d(ds.cohens_d_label_free)}; "
             f"query-norm CV {ds.query_norms['cv_percent']:.2f}%; pooled AUC {ds.pooled_auc:.4f} "
             f"(per-query {ds.per_query_auc:.4f})" + (f" [{ds.note}]" if ds.note else "")
         )

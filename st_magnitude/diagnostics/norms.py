@@ -8,7 +8,11 @@
   (σ_pooled is not spelled out in the paper; this is the standard choice, digest §6.1.) Labelled mode: relevant =
   documents judged relevant (grade > 0) to any evaluated query, irrelevant = the rest of the corpus (the
   corpus-level split implied by Table 25's NovelHopQA footnote). Label-free mode (paper: "retrieval scores as
-  proxies", details unspecified): the top-k documents retrieved for each query are pseudo-relevant.
+  proxies", details unspecified): the top-k documents for each query *by cosine* are pseudo-relevant
+  (:func:`label_free_doc_norm_cohens_d`). Cosine ignores the norms, so the pseudo-labels cannot select documents
+  for their norm: ranking by dot or qnorm (∝ ‖d‖) would, and then d > 0 is built in (synthetic corpus whose norms
+  carry no relevance signal, tests/diagnostics/test_norm_statistics.py: labelled d +0.05, top-10 by dot +3.05,
+  top-10 by cosine +0.02).
 * Effect-size bands (paper): |d| ≥ 0.8 large, ≥ 0.5 medium, ≥ 0.2 small, else negligible; d > 0 suggests qnorm
   (document magnitude carries relevance), d < 0 dnorm (paper 000 Fig. 5 caption, digest §5.3).
 * CV = σ/μ of query norms (App. N.2, eq. 27, in %), and ΔCV = CV_B / CV_A between two models (paper: DNorm-trained
@@ -29,6 +33,7 @@ __all__ = [
     "delta_cv",
     "doc_norm_cohens_d",
     "effect_size_band",
+    "label_free_doc_norm_cohens_d",
     "norm_stats",
     "pseudo_relevant_from_results",
 ]
@@ -105,10 +110,54 @@ def doc_norm_cohens_d(doc_norms: dict[str, float], relevant_ids: Iterable[str]) 
 
 
 def pseudo_relevant_from_results(results: dict[str, dict[str, float]], k: int = 10) -> set[str]:
-    """Label-free mode: the union over queries of the top-k retrieved documents."""
+    """The union over queries of the top-k retrieved documents.
+
+    For a label-free Cohen's d of document *norms* the results must come from a norm-blind score (cosine): top-k by
+    dot or qnorm selects high-norm documents and makes d > 0 by construction. :func:`label_free_doc_norm_cohens_d`
+    does the cosine ranking itself.
+    """
     if k <= 0:
         raise ValueError(f"k must be positive, got {k}")
     out: set[str] = set()
     for hits in results.values():
         out.update(d for d, _ in sorted(hits.items(), key=lambda x: -x[1])[:k])
     return out
+
+
+def label_free_doc_norm_cohens_d(
+    query_embeddings, doc_embeddings, k: int = 10, chunk_size: int = 256
+) -> tuple[float, int, int]:
+    """Label-free Cohen's d of raw document norms: pseudo-relevant = union over queries of the top-k by cosine.
+
+    Args:
+        query_embeddings: ``[Q, n]`` raw query embeddings (array or CPU tensor).
+        doc_embeddings: ``[M, n]`` raw document embeddings; their L2 norms are the compared values.
+        k: documents per query taken as pseudo-relevant.
+        chunk_size: queries scored at a time (memory).
+
+    Returns ``(d, n_pseudo_relevant, n_rest)``. The ranking uses only directions, so rescaling any document leaves
+    the pseudo-relevant set unchanged: a d far from 0 means norms go with direction-level relevance, not that the
+    ranking picked them for their norm (the circularity of ranking by dot/qnorm).
+    """
+    q = np.asarray(query_embeddings, dtype=np.float64)
+    d = np.asarray(doc_embeddings, dtype=np.float64)
+    if q.ndim != 2 or d.ndim != 2 or q.shape[1] != d.shape[1]:
+        raise ValueError(f"need [Q, n] queries and [M, n] documents, got {q.shape} and {d.shape}")
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    norms = np.linalg.norm(d, axis=1)
+    dn = d / np.maximum(norms, 1e-12)[:, None]
+    qn = q / np.maximum(np.linalg.norm(q, axis=1), 1e-12)[:, None]
+    kk = min(k, d.shape[0])
+    pseudo = np.zeros(d.shape[0], dtype=bool)
+    for start in range(0, q.shape[0], chunk_size):
+        scores = qn[start : start + chunk_size] @ dn.T
+        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
+        pseudo[top.ravel()] = True
+    a, b = norms[pseudo], norms[~pseudo]
+    if a.size < 2 or b.size < 2:
+        raise ValueError(
+            f"label-free Cohen's d needs at least two pseudo-relevant and two other documents, got {a.size} and "
+            f"{b.size} (lower k or use a larger corpus)"
+        )
+    return cohens_d(a, b), int(a.size), int(b.size)

@@ -2,10 +2,12 @@
 
 Steps (paper 000 §4–5, digest §5–6; choices in docs/diagnostics.md):
 
-1. κ rule: sample ``n_pairs`` (query, relevant document) pairs from the ``pairs_split`` qrels of all folders
-   (seeded), encode them *raw* with their roles, :func:`~st_magnitude.diagnostics.fim.recommend_normalization`.
+1. κ rule: sample ``n_pairs`` (default 8n) (query, relevant document) pairs from the ``pairs_split`` qrels of all
+   folders (seeded), encode them *raw* with their roles, :func:`~st_magnitude.diagnostics.fim.recommend_normalization`
+   (verdict "inconclusive" below 8n pairs or when the half-sampling interval contains 0).
 2. Per dataset (evaluation ``split``, optional NanoBEIR-style subsample): raw norms by role, Cohen's d of document
-   norms (labelled and label-free), query-norm CV, the component-FIM table on the judged pairs, pooled ROC-AUC of
+   norms (labelled, and label-free with cosine-ranked pseudo-labels), query-norm CV, the single-model component-FIM
+   profile on the judged pairs (every similarity's formula at this model's embeddings), pooled ROC-AUC of
    the model's own similarity, the cross-evaluation row (this model × cosine/dot/qnorm/dnorm).
 3. Report: ``report.md`` plus ``norms_<dataset>.png`` (document-norm histograms, relevant vs irrelevant) and
    ``roc_<dataset>.png``.
@@ -28,21 +30,35 @@ import torch
 
 from st_magnitude.convert import model_gammas, model_similarity
 from st_magnitude.diagnostics.cross_eval import EVAL_SIMILARITIES, cross_evaluation_from_embeddings, format_matrix
-from st_magnitude.diagnostics.fim import ConditionNumberResult, component_fim_table, recommend_normalization
+from st_magnitude.diagnostics.fim import (
+    ConditionNumberResult,
+    component_fim_table,
+    kappa_min_pairs,
+    recommend_normalization,
+)
 from st_magnitude.diagnostics.norms import (
     doc_norm_cohens_d,
     effect_size_band,
+    label_free_doc_norm_cohens_d,
     norm_stats,
-    pseudo_relevant_from_results,
 )
 from st_magnitude.evaluation.auc import per_query_auc, plot_roc, pooled_auc_pools, pooled_auc_score
-from st_magnitude.evaluation.ir import encode_roles, exact_search
+from st_magnitude.evaluation.ir import encode_roles
 from st_magnitude.integrations.data import BEIRData, doc_text, load_beir, subsample
 from st_magnitude.integrations.models import describe_similarity, load_model, raw_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DatasetDiagnosis", "Diagnosis", "diagnose", "kappa_pairs", "run_kappa"]
+__all__ = [
+    "DatasetDiagnosis",
+    "Diagnosis",
+    "diagnose",
+    "embedding_dim",
+    "kappa_pair_pools",
+    "kappa_pairs",
+    "run_kappa",
+    "sample_kappa_pairs",
+]
 
 
 @dataclass
@@ -81,15 +97,25 @@ class Diagnosis:
             lines += ["Not computed.", ""]
         else:
             k = self.kappa
+            interval = (
+                f"{int(k.confidence * 100)}% half-sampling CI [{k.ci_low:+.4f}, {k.ci_high:+.4f}] "
+                f"({k.n_resamples} replicates of {k.subsample_size} distinct pairs, without replacement)"
+                if k.ci_low is not None
+                else "no interval"
+            )
+            verdict = (
+                f"**recommendation: {k.recommendation}** (confident: the interval excludes 0)"
+                if k.confident
+                else f"**inconclusive: no recommendation** ({k.reason}; Δ's sign alone is not evidence)"
+            )
             lines += [
-                f"- pairs: {k.n_pairs} from {self.kappa_source}; embedding dim n = {k.dim} (2n = {2 * k.dim}); "
-                f"eigenvalues kept: {k.rank_qnorm} (qnorm), {k.rank_dnorm} (dnorm); damping {k.damping:g}",
+                f"- pairs: {k.n_pairs} from {self.kappa_source}; embedding dim n = {k.dim}; minimum for a verdict "
+                f"{k.min_pairs} (8n); eigenvalues kept: {k.rank_qnorm} (qnorm), {k.rank_dnorm} (dnorm); "
+                f"damping {k.damping:g}",
                 f"- log10 κ(qnorm) = {k.log10_kappa_qnorm:.4f}, log10 κ(dnorm) = {k.log10_kappa_dnorm:.4f}",
-                f"- Δ = log10 κ(qnorm) − log10 κ(dnorm) = {k.delta:+.4f}, {int(k.confidence * 100)}% bootstrap CI "
-                f"[{k.ci_low:+.4f}, {k.ci_high:+.4f}] ({k.n_bootstrap} resamples)",
-                f"- **recommendation: {k.recommendation}** "
-                + ("(the interval excludes 0)" if k.confident else "(inconclusive: the interval contains 0)"),
-                f"- time: {self.kappa_seconds:.1f} s (encoding + κ + bootstrap)",
+                f"- Δ = log10 κ(qnorm) − log10 κ(dnorm) = {k.delta:+.4f}, {interval}",
+                f"- {verdict}",
+                f"- time: {self.kappa_seconds:.1f} s (encoding + κ + replicates)",
                 "",
                 "The rule predicts optimisation ease, not final quality (paper 000 App. M.4); paper margins are "
                 "0.01–0.09 in log10.",
@@ -110,12 +136,16 @@ class Diagnosis:
                 "",
                 f"- Cohen's d of document norms, relevant ({ds.n_relevant}) vs irrelevant ({ds.n_irrelevant}): "
                 f"**{_fmt_d(ds.cohens_d)}** ({ds.cohens_d_band}; > 0 favours qnorm, < 0 dnorm)",
-                f"- label-free Cohen's d (top-{ds.label_free_k} retrieved as pseudo-relevant): "
-                f"{_fmt_d(ds.cohens_d_label_free)}",
+                f"- label-free Cohen's d of document norms, pseudo-relevant = top-{ds.label_free_k} per query by "
+                f"cosine (norm-blind, so the ranking cannot favour large norms): {_fmt_d(ds.cohens_d_label_free)}",
                 f"- pooled ROC-AUC (model's similarity, 500 hard negatives/query): {ds.pooled_auc:.4f}; "
                 f"per-query mean AUC: {ds.per_query_auc:.4f}",
                 "",
-                "Component FIM, log10 E[(∂s/∂·)²] on the judged pairs (paper 000 Table 2 formulas; −20 = exact 0):",
+                "Component FIM of each similarity's formula evaluated on *this one model's* raw embeddings "
+                "(log10 E[(∂s/∂·)²] over the judged pairs, paper 000 eqs. 11–25; −20 = exact 0). This is a "
+                "single-model sensitivity profile, not a reproduction of paper 000 Table 2: there each column comes "
+                "from a different model, fine-tuned with that column's similarity, so only the column of the "
+                "similarity this model was trained with corresponds to a Table 2 cell.",
                 "",
                 "| component | " + " | ".join(ds.fim_table) + " |",
                 "|---" * (len(ds.fim_table) + 1) + "|",
@@ -132,7 +162,7 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if self.kappa is not None:
-            d["kappa"].pop("bootstrap_deltas", None)
+            d["kappa"].pop("replicate_deltas", None)
         return d
 
 
@@ -142,13 +172,12 @@ def _fmt_d(d: float | None) -> str:
     return f"{d:+.3f}"
 
 
-def kappa_pairs(
-    folders: Sequence[str | os.PathLike], split: str = "train", n_pairs: int = 2000, seed: int = 0
-) -> tuple[list[str], list[str], str]:
-    """Seeded sample of (query text, relevant document text) pairs from the qrels of several BEIR folders.
+def kappa_pair_pools(
+    folders: Sequence[str | os.PathLike], split: str = "train"
+) -> tuple[list[list[tuple[str, str]]], list[tuple[str, int]]]:
+    """All (query text, relevant document text) pairs per folder (``split`` qrels, falling back to test).
 
-    The folders share the budget evenly (a folder with fewer pairs gives all it has, the rest is filled from the
-    others), so e.g. SciFact's 919 train pairs are not drowned by NFCorpus's 110k.
+    Returns the per-folder pools and ``(folder/split, pool size)`` labels; :func:`kappa_pairs` samples from them.
     """
     pools: list[list[tuple[str, str]]] = []
     used = []
@@ -164,6 +193,13 @@ def kappa_pairs(
         ]
         pools.append(pool)
         used.append((f"{path.name}/{sp}", len(pool)))
+    return pools, used
+
+
+def sample_kappa_pairs(
+    pools: list[list[tuple[str, str]]], used: list[tuple[str, int]], n_pairs: int, seed: int = 0
+) -> tuple[list[str], list[str], str]:
+    """Seeded sample of ``n_pairs`` pairs from :func:`kappa_pair_pools`'s output (see :func:`kappa_pairs`)."""
     total = sum(len(p) for p in pools)
     if total == 0:
         raise ValueError("no relevant (query, document) pairs found for the κ rule")
@@ -183,12 +219,34 @@ def kappa_pairs(
     return [p[0] for p in pairs], [p[1] for p in pairs], source
 
 
+def kappa_pairs(
+    folders: Sequence[str | os.PathLike], split: str = "train", n_pairs: int = 3072, seed: int = 0
+) -> tuple[list[str], list[str], str]:
+    """Seeded sample of (query text, relevant document text) pairs from the qrels of several BEIR folders.
+
+    The folders share the budget evenly (a folder with fewer pairs gives all it has, the rest is filled from the
+    others), so e.g. SciFact's 919 train pairs are not drowned by NFCorpus's 110k.
+    """
+    pools, used = kappa_pair_pools(folders, split)
+    return sample_kappa_pairs(pools, used, n_pairs, seed)
+
+
+def embedding_dim(model) -> int:
+    """The model's output dimension n (from its modules, else by encoding one text)."""
+    for getter in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+        fn = getattr(model, getter, None)
+        dim = fn() if fn is not None else None
+        if dim:
+            return int(dim)
+    return int(model.encode_query(["dimension probe"], convert_to_tensor=True).shape[-1])
+
+
 def run_kappa(
     model,
     folders: Sequence[str | os.PathLike],
     *,
     split: str = "train",
-    n_pairs: int = 2000,
+    n_pairs: int | None = None,
     n_bootstrap: int = 100,
     seed: int = 0,
     batch_size: int = 32,
@@ -197,12 +255,18 @@ def run_kappa(
 ) -> tuple[ConditionNumberResult, float, str]:
     """κ rule on the model's raw embeddings of sampled pairs; returns (result, seconds, source description).
 
+    ``n_pairs`` defaults to :func:`~st_magnitude.diagnostics.fim.kappa_min_pairs` (8n: 3072 for a 384-dim model);
+    fewer pairs give an "inconclusive" verdict. ``n_bootstrap`` is the number of half-sample replicates.
     ``max_seq_length`` caps the tokens for this step only (default 64: 2000 MiniLM pairs in ≈ 30 s on 2 cores; 128
     took ≈ 130 s and gave the same recommendation on SciFact/NFCorpus); ``None`` keeps the model's own.
     """
     t0 = time.perf_counter()
-    qs, ds, source = kappa_pairs(folders, split, n_pairs, seed)
     raw = raw if raw is not None else raw_model(model)
+    if n_pairs is None:
+        n_pairs = kappa_min_pairs(embedding_dim(raw))
+    if n_pairs < 2:
+        raise ValueError(f"n_pairs must be >= 2 (default: 8n), got {n_pairs}")
+    qs, ds, source = kappa_pairs(folders, split, n_pairs, seed)
     old_len = raw.max_seq_length
     if max_seq_length is not None:
         raw.max_seq_length = min(max_seq_length, old_len or max_seq_length)
@@ -227,8 +291,9 @@ def _plot_norms(rel: list[float], irrel: list[float], path: str, title: str) -> 
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     bins = np.histogram_bin_edges(np.r_[rel, irrel], bins=40)
-    ax.hist(irrel, bins=bins, alpha=0.6, density=True, label=f"irrelevant (n={len(irrel)})")
-    ax.hist(rel, bins=bins, alpha=0.6, density=True, label=f"relevant (n={len(rel)})")
+    for values, label in ((irrel, "irrelevant"), (rel, "relevant")):
+        if values:  # an empty group (every document judged) has no density
+            ax.hist(values, bins=bins, alpha=0.6, density=True, label=f"{label} (n={len(values)})")
     ax.set(xlabel="document norm ‖d‖ (raw)", ylabel="density", title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -261,10 +326,8 @@ def _diagnose_dataset(model, raw, data: BEIRData, out_dir: str | None, label_fre
         score_fn, sq_, sd_ = model.similarity, sq, sd
     else:
         score_fn, sq_, sd_ = served, q, d
-    results = exact_search(sq_, sd_, qids, cids, top_k=max(label_free_k, 10), score_fn=score_fn)
-    pseudo = pseudo_relevant_from_results(results, label_free_k)
-    try:
-        cd_free = doc_norm_cohens_d(doc_norms, pseudo)[0]
+    try:  # pseudo-labels from a norm-blind (cosine) ranking of the raw embeddings: never circular (norms.py)
+        cd_free = label_free_doc_norm_cohens_d(q, d, label_free_k)[0]
     except ValueError as exc:
         logger.warning("%s: label-free Cohen's d undefined: %s", data.name, exc)
         cd_free = None
@@ -312,7 +375,7 @@ def diagnose(
     *,
     split: str = "test",
     pairs_split: str = "train",
-    n_pairs: int = 2000,
+    n_pairs: int | None = None,
     n_bootstrap: int = 100,
     max_seq_length: int | None = 128,
     max_corpus: int | None = None,

@@ -65,8 +65,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         max_seq_length=128,
         max_corpus=300,
         max_queries=30,
-        kappa_pairs=800,
-        kappa_bootstrap=20,
+        kappa_pairs=None,  # None: 8n from the model's embedding dim (3072 for MiniLM), the κ rule's minimum
+        kappa_bootstrap=100,
         learning_rate=5e-5,
         lr_scheduler="linear",
         warmup_fraction=0.1,
@@ -80,7 +80,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         max_seq_length=256,
         max_corpus=None,
         max_queries=None,
-        kappa_pairs=2000,
+        kappa_pairs=None,  # None: 8n from the model's embedding dim
         kappa_bootstrap=200,
         learning_rate=5e-6,
         lr_scheduler="cosine",
@@ -126,8 +126,8 @@ class CompareConfig:
     save_steps: int | None = None  # checkpoint interval (None: max(10, steps // 5)); does not change results
     max_corpus: int | None = 300
     max_queries: int | None = 30
-    kappa_pairs: int = 800
-    kappa_bootstrap: int = 20
+    kappa_pairs: int | None = None  # None: 8n (diagnostics.fim.kappa_min_pairs)
+    kappa_bootstrap: int = 100
     seed: int = 42
     scale: float = 20.0
     mw_temperature: float = 0.01
@@ -843,6 +843,11 @@ def kappa_verdict(rows: list[dict], kappa: dict | None) -> str:
         vals = [r["ndcg@10"] for r in rows if r["variant"] == v and r["loss"] == "infonce"]
         if vals:
             score[v] = sum(vals) / len(vals)
+    if kappa["recommendation"] not in ("qnorm", "dnorm"):  # inconclusive: there is no pick to check
+        means = ", ".join(f"{v} {s:.4f}" for v, s in score.items())
+        return f"κ rule inconclusive ({kappa['summary']}); no pick to check" + (
+            f" (mean nDCG@10 over eval datasets: {means})." if means else "."
+        )
     if len(score) < 2:
         return f"κ picked {kappa['recommendation']} (qnorm and dnorm were not both trained, so no verdict)."
     winner = max(score, key=score.get)

@@ -35,8 +35,13 @@ def test_diagnose_writes_report_and_plots(tiny_model, toy, tmp_path):
     diag = diagnose(tiny_model, [toy], n_pairs=70, n_bootstrap=5, output_dir=out, max_seq_length=None)
     assert diag.kappa is not None and diag.kappa.n_pairs == 6 * 2  # all 12 train pairs (fewer than asked)
     text = (out / "report.md").read_text()
-    for needle in ("recommendation:", "Cohen's d", "Component FIM", "Cross-evaluation", "norms_toy.png"):
+    for needle in ("Cohen's d", "Component FIM", "Cross-evaluation", "norms_toy.png"):
         assert needle in text
+    # 12 pairs < 8n: never a recommendation, never "confident" (issue 12 item 1)
+    assert "**inconclusive: no recommendation** (N = 12 pairs is below the minimum" in text
+    assert "recommendation: qnorm" not in text and "recommendation: dnorm" not in text
+    # the component-FIM table is one model's profile, not paper 000 Table 2 (issue 12 item 10)
+    assert "not a reproduction of paper 000 Table 2" in text and "(paper 000 Table 2 formulas" not in text
     assert (out / "norms_toy.png").stat().st_size > 1000 and (out / "roc_toy.png").stat().st_size > 1000
     ds = diag.datasets[0]
     assert ds.cross_eval["this model"]["qnorm"] == ds.cross_eval["this model"]["dot"]
@@ -78,3 +83,48 @@ def test_all_documents_relevant_leaves_cohens_d_undefined(tiny_model, tmp_path):
     ds = diag.datasets[0]
     assert ds.cohens_d is None and ds.cohens_d_band == "undefined" and ds.n_irrelevant == 0
     assert "undefined" in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_label_free_d_in_the_report_ranks_by_cosine(tiny_model_raw, toy, tmp_path):
+    # issue 12 item 4: the report's label-free d is the cosine-ranked one on the raw embeddings, and its line does
+    # not carry the "> 0 favours qnorm" reading of the labelled d
+    from st_magnitude.diagnostics import label_free_doc_norm_cohens_d
+    from st_magnitude.evaluation.ir import encode_roles
+    from st_magnitude.integrations.data import doc_text
+    from st_magnitude.integrations.models import raw_model
+
+    diag = diagnose(tiny_model_raw, [toy], kappa=False, label_free_k=2, max_seq_length=None, output_dir=tmp_path / "o")
+    data = load_beir(toy)
+    q, d = encode_roles(
+        raw_model(tiny_model_raw), list(data.queries.values()), [doc_text(x) for x in data.corpus.values()]
+    )
+    expected = label_free_doc_norm_cohens_d(q, d, k=2)[0]
+    assert diag.datasets[0].cohens_d_label_free == pytest.approx(expected, rel=1e-6)
+    line = next(x for x in (tmp_path / "o" / "report.md").read_text().splitlines() if "label-free" in x)
+    assert "by cosine" in line and "favours" not in line
+
+
+def test_kappa_pair_budget_defaults_to_8n(tiny_model, toy, tmp_path, monkeypatch):
+    # issue 12 item 1: the CLI / diagnose default budget comes from the embedding dim (8n), not a fixed 2000
+    import st_magnitude.diagnostics.report as report
+
+    asked = []
+    real = report.kappa_pairs
+
+    def spy(folders, split="train", n_pairs=0, seed=0):
+        asked.append(n_pairs)
+        return real(folders, split, n_pairs, seed)
+
+    monkeypatch.setattr(report, "kappa_pairs", spy)
+    path = tmp_path / "m"
+    tiny_model.save(str(path))
+    rc = main(["diagnose", str(path), "--data", str(toy), "--resamples", "3", "--output", str(tmp_path / "out")])
+    assert rc == 0 and asked == [8 * tiny_model.get_embedding_dimension()]
+
+
+def test_compare_profiles_size_the_kappa_step_from_the_dim():
+    # issue 12 item 1: compare's quick/full κ steps use the 8n default (800 / 2000 were below it for n = 384)
+    from st_magnitude.experiments.compare import PROFILES, CompareConfig
+
+    assert PROFILES["quick"]["kappa_pairs"] is None and PROFILES["full"]["kappa_pairs"] is None
+    assert CompareConfig().kappa_pairs is None

@@ -15,6 +15,7 @@ from st_magnitude.diagnostics import (
     delta_cv,
     doc_norm_cohens_d,
     effect_size_band,
+    label_free_doc_norm_cohens_d,
     norm_stats,
     pseudo_relevant_from_results,
 )
@@ -65,3 +66,63 @@ def test_label_free_pseudo_relevant_is_top_k_union():
     assert pseudo_relevant_from_results(res, k=2) == {"a", "b", "c", "d"}
     with pytest.raises(ValueError, match="k must be positive"):
         pseudo_relevant_from_results(res, k=0)
+
+
+def _no_signal_corpus(seed=0, n_docs=5000, n_queries=100, dim=16):
+    """Norms drawn independently of everything: relevance is purely directional (labelled d ≈ 0 by design)."""
+    rng = np.random.default_rng(seed)
+    dirs = rng.normal(size=(n_docs, dim))
+    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+    norms = rng.lognormal(0.0, 0.4, size=n_docs)
+    docs = dirs * norms[:, None]
+    relevant = rng.choice(n_docs, size=(n_queries, 3), replace=False)
+    queries = dirs[relevant].sum(1) + 0.3 * rng.normal(size=(n_queries, dim))
+    queries *= rng.lognormal(0.0, 0.3, size=(n_queries, 1))
+    return queries, docs, norms, {str(i) for i in relevant.ravel()}
+
+
+def test_label_free_d_is_zero_when_norms_carry_no_relevance_signal():
+    # Issue 12 item 4: with top-k by dot (or qnorm, the same ranking per query) as pseudo-labels the label-free d
+    # was +2.41 although norms carried no signal. Ranking by cosine cannot select documents for their norm.
+    q, docs, norms, relevant = _no_signal_corpus()
+    doc_norms = {str(i): float(v) for i, v in enumerate(norms)}
+    labelled = doc_norm_cohens_d(doc_norms, relevant)[0]
+    assert abs(labelled) < 0.15
+    dot = q @ docs.T
+    top = np.argsort(-dot, axis=1)[:, :20]
+    circular = pseudo_relevant_from_results(
+        {str(a): {str(j): float(dot[a, j]) for j in row} for a, row in enumerate(top)}, k=10
+    )
+    assert doc_norm_cohens_d(doc_norms, circular)[0] > 1.0  # the circular construction the mode must not use
+    d, n_pseudo, n_rest = label_free_doc_norm_cohens_d(q, docs, k=10)
+    assert abs(d) < 0.15, d
+    assert n_pseudo + n_rest == len(docs) and 800 <= n_pseudo <= 1000
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 4))
+def test_label_free_d_matches_loop_reference_and_ignores_document_scale(seed, k):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(5, 4))
+    docs = rng.normal(size=(30, 4))
+    scale = rng.uniform(0.05, 20.0, size=(30, 1))
+    # reference: per query, sort documents by cosine with plain Python loops
+    pseudo = set()
+    for qi in q:
+        cos = [float(qi @ dj / (np.linalg.norm(qi) * np.linalg.norm(dj))) for dj in docs]
+        pseudo.update(sorted(range(len(docs)), key=lambda j: -cos[j])[:k])
+    for mat in (docs, docs * scale):  # rescaling documents changes the norms, never the pseudo-relevant set
+        norms = np.linalg.norm(mat, axis=1)
+        rest = [j for j in range(len(docs)) if j not in pseudo]
+        d, n_pseudo, n_rest = label_free_doc_norm_cohens_d(q, mat, k=k)
+        assert (n_pseudo, n_rest) == (len(pseudo), len(rest))
+        assert d == pytest.approx(cohens_d(norms[sorted(pseudo)], norms[rest]), rel=1e-9, abs=1e-12)
+
+
+def test_label_free_d_input_errors():
+    with pytest.raises(ValueError, match="k must be positive"):
+        label_free_doc_norm_cohens_d(np.ones((2, 3)), np.ones((4, 3)), k=0)
+    with pytest.raises(ValueError, match=r"\[Q, n\] queries and \[M, n\] documents"):
+        label_free_doc_norm_cohens_d(np.ones((2, 3)), np.ones((4, 2)))
+    with pytest.raises(ValueError, match="two pseudo-relevant and two other"):
+        label_free_doc_norm_cohens_d(np.eye(3), np.eye(3) * [[1.0], [2.0], [3.0]], k=1)
