@@ -246,3 +246,123 @@ def test_fixed_role_normalize_round_trips(tiny_model, tmp_path):
     assert isinstance(reloaded[-1], RoleNormalize) and not reloaded[-1].learnable
     assert model_gammas(reloaded) == (0.0, 1.0)
     torch.testing.assert_close(reloaded.encode_document(DOCS, convert_to_tensor=True), d)
+
+
+# --- issue 12 item 6: truncation happens before the normalisation ---
+@pytest.mark.parametrize("name", ["dnorm", "qnorm", "cosine", "learnable"])
+def test_truncate_model_serves_the_similarity_of_truncated_raw_vectors(tiny_bert_dir, name):
+    from conftest import build_tiny_st
+
+    from st_magnitude import truncate_model
+
+    raw = build_tiny_st(tiny_bert_dir, normalize=False)
+    model = build_tiny_st(tiny_bert_dir, normalize=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        apply_similarity(model, name)
+    truncate_model(model, 8)
+    assert model.get_embedding_dimension() == 8 and model.truncate_dim is None
+    served = model.similarity(
+        model.encode_query(QUERIES, convert_to_tensor=True), model.encode_document(DOCS, convert_to_tensor=True)
+    )
+    rq, rd = raw.encode(QUERIES, convert_to_tensor=True)[:, :8], raw.encode(DOCS, convert_to_tensor=True)[:, :8]
+    expected = get_similarity(name)(rq, rd)
+    torch.testing.assert_close(served, expected, rtol=1e-5, atol=1e-6)
+    assert model_gammas(model) == (CORNER_GAMMAS[name] if name != "learnable" else (0.5, 0.5))
+
+
+def test_truncate_dim_after_normalize_is_refused_with_what_to_do(tiny_bert_dir, tmp_path):
+    from conftest import build_tiny_st
+
+    from st_magnitude import check_truncation, truncate_model
+
+    raw = build_tiny_st(tiny_bert_dir, normalize=False)
+    model = build_tiny_st(tiny_bert_dir, normalize=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        apply_similarity(model, "dnorm")
+    rq, rd = raw.encode(QUERIES, convert_to_tensor=True)[:, :8], raw.encode(DOCS, convert_to_tensor=True)[:, :8]
+    expected = get_similarity("dnorm")(rq, rd)
+    model.truncate_dim = 8  # ST's way: slices the *normalised* document vectors
+    st_way = model.similarity(
+        model.encode_query(QUERIES, convert_to_tensor=True), model.encode_document(DOCS, convert_to_tensor=True)
+    )
+    assert not torch.allclose(st_way, expected, rtol=1e-3)  # the defect the check guards against
+    with pytest.raises(ValueError, match=r"truncate_model\(model, 8\)"):
+        check_truncation(model)
+    model.truncate_dim = None
+    check_truncation(model)  # nothing to check
+    # apply_similarity refuses a model that already truncates after its outputs
+    other = build_tiny_st(tiny_bert_dir, normalize=True)
+    other.truncate_dim = 8
+    with pytest.raises(ValueError, match="truncate_model"):
+        apply_similarity(other, "dnorm")
+    # a truncated model saves with built-in modules only and reloads with the same scores
+    truncate_model(model, 8)
+    model.save(str(tmp_path / "m"))
+    loaded = SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    got = loaded.similarity(
+        loaded.encode_query(QUERIES, convert_to_tensor=True), loaded.encode_document(DOCS, convert_to_tensor=True)
+    )
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"dim must be an int in \[1, 8\]"):
+        truncate_model(loaded, 9)
+
+
+# --- issue 12 item 8: every saved model's card says how to encode queries/documents and what it needs ---
+def _readme(model: SentenceTransformer, path) -> str:
+    model.save(str(path))
+    return (path / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", ["cosine", "dot", "qnorm", "dnorm", "learnable"])
+def test_converted_model_card_says_how_to_encode_and_what_to_install(tiny_bert_dir, tmp_path, name):
+    from conftest import build_tiny_st
+
+    model = build_tiny_st(tiny_bert_dir, normalize=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        apply_similarity(model, name)
+    card = _readme(model, tmp_path / "m")
+    assert "model.encode_query(queries)" in card and "model.encode_document(documents)" in card
+    assert "model.similarity(embeddings, embeddings)" not in card  # the symmetric snippet
+    assert f"serve the **{name}** similarity" in card
+    if name == "learnable":
+        assert "pip install -U sentence-transformers st-magnitude" in card
+        assert 'SentenceTransformer("sentence_transformers_model_id", trust_remote_code=True)' in card
+    else:
+        assert "needs `sentence-transformers` alone" in card
+    if name in ("qnorm", "dnorm"):
+        assert "not meant for symmetric tasks" in card
+
+
+def test_convert_writes_a_new_card_instead_of_the_base_readme(tiny_bert_dir, tmp_path):
+    from conftest import build_tiny_st
+
+    from st_magnitude.cli import main
+
+    base = build_tiny_st(tiny_bert_dir, normalize=True)
+    base.save(str(tmp_path / "base"))
+    (tmp_path / "base" / "README.md").write_text("# base model\nUse F.normalize and cosine similarity.\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["convert", str(tmp_path / "base"), "dnorm", "-o", str(tmp_path / "out")]) == 0
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "F.normalize" not in card and "serve the **dnorm** similarity" in card
+    assert "model.encode_document(documents)" in card
+
+
+def test_recipe_model_card_records_similarity_and_temperature(tiny_bert_dir, tmp_path):
+    from conftest import build_tiny_st
+
+    from st_magnitude.losses.margin_contrastive import BertRecipeLoss, EttinRecipeLoss
+
+    bert = build_tiny_st(tiny_bert_dir, normalize=False)
+    BertRecipeLoss(bert)
+    card = _readme(bert, tmp_path / "bert")
+    assert "score them with `model.similarity(...)` (dot)" in card and "temperature τ = 1;" in card
+    assert "model.encode_query(queries)" in card
+    ettin = build_tiny_st(tiny_bert_dir, normalize=True)
+    EttinRecipeLoss(ettin, temperature=0.02)
+    card = _readme(ettin, tmp_path / "ettin")
+    assert "(cosine)" in card and "temperature τ = 0.02" in card and "scale = 1/τ = 50" in card
