@@ -366,3 +366,27 @@ def test_recipe_model_card_records_similarity_and_temperature(tiny_bert_dir, tmp
     EttinRecipeLoss(ettin, temperature=0.02)
     card = _readme(ettin, tmp_path / "ettin")
     assert "(cosine)" in card and "temperature τ = 0.02" in card and "scale = 1/τ = 50" in card
+
+
+def test_card_of_a_model_fine_tuned_after_conversion(tiny_model, tmp_path):
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    apply_similarity(tiny_model, "learnable", warn_on_strip=False)
+    data = Dataset.from_dict({"anchor": QUERIES, "positive": DOCS[:3]})  # no "query" column: ST cannot tell IR
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=3,
+        router_mapping={"anchor": "query", "positive": "document"},
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+    )
+    loss = MultipleNegativesRankingLoss(tiny_model, similarity_fct=get_similarity("dot"))
+    SentenceTransformerTrainer(model=tiny_model, args=args, train_dataset=data, loss=loss).train()
+    card = _readme(tiny_model, tmp_path / "m")
+    assert "generated_from_trainer" in card  # ST's trainer card, not a copied one
+    assert "model.encode_query(queries)" in card and "model.similarity(embeddings, embeddings)" not in card
+    assert "pip install -U sentence-transformers st-magnitude" in card and "trust_remote_code=True" in card
