@@ -654,7 +654,7 @@ def check_truncation(model: SentenceTransformer) -> None:
     384 to 128 dims has norm < 1), so the served score is not the similarity of the truncated raw vectors. Only a
     model scored with cosine (which re-normalises) or one without any normalisation is unaffected.
     """
-    if getattr(model, "truncate_dim", None) is None:
+    if not isinstance(model, nn.Module) or getattr(model, "truncate_dim", None) is None:
         return
     if _has_normalisation(model) and model.similarity_fn_name != "cosine":
         raise ValueError(

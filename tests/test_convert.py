@@ -390,3 +390,57 @@ def test_card_of_a_model_fine_tuned_after_conversion(tiny_model, tmp_path):
     assert "generated_from_trainer" in card  # ST's trainer card, not a copied one
     assert "model.encode_query(queries)" in card and "model.similarity(embeddings, embeddings)" not in card
     assert "pip install -U sentence-transformers st-magnitude" in card and "trust_remote_code=True" in card
+
+
+@pytest.mark.slow
+def test_truncate_model_on_minilm_scifact(minilm_dir, beir_dir):
+    """Real data for issue 12 item 6: dnorm MiniLM, 300 SciFact test queries, 1,000 docs (every judged doc + seeded
+    distractors). Prints nDCG@10 of ST's truncate_dim, of dnorm on the truncated raw vectors and of truncate_model;
+    ``pytest -m slow tests/test_convert.py -k minilm_scifact -s`` gives the table in docs/similarity.md."""
+    import csv
+    import random
+
+    from st_magnitude import truncate_model
+    from st_magnitude.evaluation.ir import exact_search, retrieval_metrics
+
+    root = beir_dir / "scifact"
+    corpus = {d["_id"]: d for d in map(json.loads, (root / "corpus.jsonl").open())}
+    queries = {d["_id"]: d["text"] for d in map(json.loads, (root / "queries.jsonl").open())}
+    qrels: dict[str, dict[str, int]] = {}
+    with (root / "qrels" / "test.tsv").open() as fh:
+        rows = csv.reader(fh, delimiter="\t")
+        next(rows)
+        for qid, did, score in rows:
+            qrels.setdefault(qid, {})[did] = int(score)
+    judged = sorted({d for v in qrels.values() for d in v})
+    others = sorted(set(corpus) - set(judged))
+    doc_ids = sorted(set(judged) | set(random.Random(0).sample(others, 1000 - len(judged))))
+    qids = sorted(qrels)
+    qtexts = [queries[q] for q in qids]
+    dtexts = [(corpus[d].get("title", "") + " " + corpus[d]["text"]).strip() for d in doc_ids]
+
+    def ndcg(q, d, fn):
+        return retrieval_metrics(qrels, exact_search(q, d, qids, doc_ids, top_k=100, score_fn=fn))["ndcg@10"]
+
+    raw = SentenceTransformer(modules=list(SentenceTransformer(str(minilm_dir), device="cpu"))[:-1], device="cpu")
+    rq = raw.encode(qtexts, convert_to_tensor=True, batch_size=64)
+    rd = raw.encode(dtexts, convert_to_tensor=True, batch_size=64)
+    dnorm = get_similarity("dnorm")
+    for k in (128, 64):
+        reference = ndcg(rq[:, :k], rd[:, :k], dnorm)
+        # ST's truncate_dim on a dnorm model: documents are normalised at 384 dims, then sliced
+        st_way = ndcg(rq[:, :k], torch.nn.functional.normalize(rd, dim=-1)[:, :k], lambda a, b: a @ b.T)
+        model = SentenceTransformer(str(minilm_dir), device="cpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            apply_similarity(model, "dnorm")
+        truncate_model(model, k)
+        mq = model.encode_query(qtexts, convert_to_tensor=True, batch_size=64)
+        md = model.encode_document(dtexts, convert_to_tensor=True, batch_size=64)
+        served = ndcg(mq, md, lambda a, b: model.similarity(a, b))
+        print(
+            f"k={k}: ST truncate_dim {st_way:.4f} | dnorm on truncated raw {reference:.4f} "
+            f"| truncate_model {served:.4f}"
+        )
+        torch.testing.assert_close(model.similarity(mq, md), dnorm(rq[:, :k], rd[:, :k]), rtol=1e-4, atol=1e-4)
+        assert served == pytest.approx(reference, abs=1e-4)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.evaluation.evaluator import SentenceEvaluator
 from torch import Tensor
 
@@ -241,7 +242,8 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
         served_cosine = (
             self.similarity.name == "cosine"
             if self.similarity is not None
-            else getattr(model, "similarity_fn_name", None) == "cosine" or model_gammas(model) == (1.0, 1.0)
+            else getattr(model, "similarity_fn_name", None) == "cosine"
+            or (isinstance(model, SentenceTransformer) and model_gammas(model) == (1.0, 1.0))
         )
         if served_cosine:
             warnings.warn(
