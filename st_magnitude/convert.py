@@ -378,6 +378,7 @@ def strip_normalize(
         backbone, _, removed = _backbone_strip_only(model)
         replace_modules(model, backbone)
         model.similarity_fn_name = similarity_fn_name
+        update_model_card(model)  # the base README's "normalise + cosine" instructions no longer hold
         _warn_strip(removed, warn)
         return model
     return _strip_normalize_folder(

@@ -444,3 +444,17 @@ def test_truncate_model_on_minilm_scifact(minilm_dir, beir_dir):
         )
         torch.testing.assert_close(model.similarity(mq, md), dnorm(rq[:, :k], rd[:, :k]), rtol=1e-4, atol=1e-4)
         assert served == pytest.approx(reference, abs=1e-4)
+
+
+def test_stripped_model_card_is_regenerated(tiny_bert_dir, tmp_path):
+    from conftest import build_tiny_st
+
+    base = build_tiny_st(tiny_bert_dir, normalize=True)
+    base.save(str(tmp_path / "base"))
+    (tmp_path / "base" / "README.md").write_text("# base model\nUse F.normalize and cosine similarity.\n")
+    model = SentenceTransformer(str(tmp_path / "base"), device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        strip_normalize(model)
+    card = _readme(model, tmp_path / "stripped")
+    assert "F.normalize" not in card and "serve the **dot** similarity" in card
