@@ -14,14 +14,25 @@ from st_magnitude.convert import (
     apply_similarity,
     carried_similarity,
     check_symmetric_use,
+    check_truncation,
     is_asymmetric,
     model_gammas,
     model_similarity,
     strip_normalize,
+    truncate_model,
+    update_model_card,
 )
 from st_magnitude.guard import install_symmetry_guard, uninstall_symmetry_guard
 from st_magnitude.modules import RoleNormalize
-from st_magnitude.similarity import SIMILARITY_NAMES, Similarity, get_similarity, phi
+from st_magnitude.similarity import (
+    SIMILARITY_NAMES,
+    Similarity,
+    gammas_of,
+    get_similarity,
+    is_carriable,
+    phi,
+    similarity_names,
+)
 
 __version__ = "0.1.0"
 
@@ -43,5 +54,11 @@ __all__ = [
     "model_similarity",
     "phi",
     "strip_normalize",
+    "check_truncation",
+    "truncate_model",
+    "update_model_card",
+    "gammas_of",
+    "is_carriable",
+    "similarity_names",
     "__version__",
 ]

@@ -30,8 +30,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.modules import Normalize, Router
+from sentence_transformers.base.modules import Dense, Normalize, Router
+from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
 from torch import nn
 
 from st_magnitude._surgery import replace_modules
@@ -49,6 +51,14 @@ from st_magnitude.similarity import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "TRAINING_SIMILARITY_ATTR",
+    "MagnitudeModelCardData",
+    "check_truncation",
+    "set_training_similarity",
+    "training_similarity",
+    "training_temperature",
+    "truncate_model",
+    "update_model_card",
     "AsymmetricSimilarityWarning",
     "MagnitudeCollapseWarning",
     "apply_similarity",
@@ -287,6 +297,13 @@ def apply_similarity(
     """
     if not isinstance(model, SentenceTransformer):
         raise TypeError(f"apply_similarity expects a SentenceTransformer, got {type(model).__name__}")
+    if model.truncate_dim is not None:
+        raise ValueError(
+            f"model.truncate_dim={model.truncate_dim}: sentence-transformers truncates *after* the model's "
+            "normalisation, so a converted model's truncated embeddings would keep their full-dimension norm. Set "
+            "model.truncate_dim = None, convert, then call st_magnitude.truncate_model(model, "
+            f"{model.truncate_dim}) (it truncates before the normalisation)."
+        )
     if isinstance(similarity, Similarity):
         if isinstance(similarity, LearnableSimilarity):
             name, gammas = "learnable", (similarity.gamma_query, similarity.gamma_document)
@@ -351,6 +368,7 @@ def apply_similarity(
 
     replace_modules(model, new)
     model.similarity_fn_name = "dot"
+    update_model_card(model)
     if is_asymmetric(model) or name == "learnable":
         from st_magnitude.guard import install_symmetry_guard
 
@@ -387,6 +405,7 @@ def strip_normalize(
         backbone, _, removed = _backbone_strip_only(model)
         replace_modules(model, backbone)
         model.similarity_fn_name = similarity_fn_name
+        update_model_card(model)  # the base README's "normalise + cosine" instructions no longer hold
         _warn_strip(removed, warn)
         return model
     return _strip_normalize_folder(
@@ -541,3 +560,254 @@ def _strip_router_folder(folder: Path, at_end: bool = True) -> tuple[int, int]:
     if removed:
         _write_json(cfg_file, cfg)
     return removed, inner
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what a recipe trained: the served similarity and the temperature (read by ContrastiveEntropyEvaluator)
+# ----------------------------------------------------------------------------------------------------------------
+#: Attribute a training recipe sets on the model: ``{"similarity": name, "temperature": τ, "recipe": str | None}``.
+#: It lives in memory only (sentence-transformers saves no custom config keys); the model card records it in text.
+TRAINING_SIMILARITY_ATTR = "st_magnitude_training"
+
+
+def set_training_similarity(
+    model: nn.Module, similarity: str, temperature: float = 1.0, *, recipe: str | None = None
+) -> None:
+    """Record that ``model`` is trained with ``similarity`` on its outputs at temperature τ, and serve it.
+
+    Sets ``model.similarity_fn_name`` to ``similarity`` (so ``model.similarity`` and every ST evaluator score what
+    the loss trains), stores ``{"similarity", "temperature", "recipe"}`` as ``model.st_magnitude_training``
+    (:data:`TRAINING_SIMILARITY_ATTR`, read by :func:`training_temperature`), and updates the model card. Paper 003's
+    recipes call it: BERT → ``("dot", 1.0)``, Ettin → ``("cosine", 0.02)``.
+
+    Only ``cosine`` and ``dot`` are accepted: they are what ST's ``similarity_fn_name`` can serve on the outputs.
+    For qnorm / dnorm / learnable the model must carry the rescaling: use :func:`apply_similarity`.
+    """
+    name = validate_similarity_name(similarity)
+    if name not in ("cosine", "dot"):
+        raise ValueError(
+            f"set_training_similarity serves 'cosine' or 'dot' on the model outputs, got {name!r}; "
+            "make the model carry qnorm/dnorm/learnable with st_magnitude.apply_similarity(model, name)"
+        )
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not (0 < temperature < float("inf"))
+    ):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+    setattr(model, TRAINING_SIMILARITY_ATTR, {"similarity": name, "temperature": float(temperature), "recipe": recipe})
+    if isinstance(model, SentenceTransformer):
+        model.similarity_fn_name = name
+        update_model_card(model)
+    logger.info("set_training_similarity: model serves %r, trained at temperature %g", name, temperature)
+
+
+def training_similarity(model: Any) -> dict[str, Any] | None:
+    """What :func:`set_training_similarity` recorded on ``model`` (a copy), or ``None``."""
+    info = getattr(model, TRAINING_SIMILARITY_ATTR, None)
+    return dict(info) if isinstance(info, dict) else None
+
+
+def training_temperature(model: Any) -> float | None:
+    """The temperature τ the model was trained at (recorded by a recipe loss), or ``None`` when unknown."""
+    info = training_similarity(model)
+    return None if info is None else float(info["temperature"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# model cards: every model this package produces says how to encode queries/documents and what it needs
+# ----------------------------------------------------------------------------------------------------------------
+_PACKAGE_URL = "https://pypi.org/project/st-magnitude/"
+_CARD_TAG = "st-magnitude"
+
+
+class MagnitudeModelCardData(SentenceTransformerModelCardData):
+    """ST's model card data plus an st-magnitude usage section (served similarity, roles, package to install).
+
+    Installed on a model by :func:`update_model_card` (the same object, its class switched), so trainer callbacks
+    that hold ``model.model_card_data`` keep working. Only :meth:`generate_usage_snippet` is extended.
+    """
+
+    def generate_usage_snippet(self) -> str:
+        snippet = super().generate_usage_snippet()
+        if self.model is None:
+            return snippet
+        if _needs_package(self.model):
+            model_id = self.model_id or "sentence_transformers_model_id"
+            snippet = snippet.replace(
+                f'SentenceTransformer("{model_id}")', f'SentenceTransformer("{model_id}", trust_remote_code=True)'
+            )
+        return _card_note(self.model) + "\n\n" + snippet
+
+
+def _needs_package(model: SentenceTransformer) -> bool:
+    return any(isinstance(m, RoleNormalize) for m in model.modules())
+
+
+def _served_name(model: SentenceTransformer) -> str | None:
+    for m in model.modules():
+        if isinstance(m, RoleNormalize):
+            return "learnable" if m.learnable else "fractional"
+    gammas = model_gammas(model)
+    return None if gammas is None else next((k for k, v in CORNER_GAMMAS.items() if v == gammas), None)
+
+
+def _card_note(model: SentenceTransformer) -> str:
+    """Markdown paragraph for the card: how to encode queries / documents and which packages loading needs."""
+    lines = ["", "### Similarity and roles (st-magnitude)", ""]
+    trained = training_similarity(model)
+    gammas = model_gammas(model)
+    name = _served_name(model)
+    converted = carried_similarity(model) is not None or (trained is None and name is not None)
+    if converted and model.similarity_fn_name == "dot" and gammas is not None:
+        lines.append(
+            f"This model was converted with [st-magnitude]({_PACKAGE_URL}) to serve the **{name}** similarity "
+            f"(γ_query = {gammas[0]:.4g}, γ_document = {gammas[1]:.4g}: "
+            "s(q, d) = qᵀd / (‖q‖^γ_query ‖d‖^γ_document), paper 'Beyond the Unit Hypersphere', eqs. 3–7). "
+            "The model applies each role's rescaling itself, so encode queries with `model.encode_query(...)`, "
+            "documents with `model.encode_document(...)`, and score them with `model.similarity(...)` (a dot "
+            "product). Do not L2-normalise the embeddings yourself."
+        )
+        if is_asymmetric(model):
+            lines.append(
+                "The similarity is asymmetric: plain `model.encode(...)` treats every input as a document, and "
+                "the model is not meant for symmetric tasks (STS, clustering, paraphrase mining)."
+            )
+    else:
+        fn = model.similarity_fn_name or "cosine"
+        lines.append(
+            f"Encode queries with `model.encode_query(...)` and documents with `model.encode_document(...)`; "
+            f"score them with `model.similarity(...)` ({fn})."
+        )
+    if trained is not None:
+        recipe = f" ({trained['recipe']} recipe)" if trained.get("recipe") else ""
+        lines.append(
+            f"Trained{recipe} with the {trained['similarity']} similarity at temperature τ = "
+            f"{trained['temperature']:g}; for contrastive entropy use scale = 1/τ = {1 / trained['temperature']:g}."
+        )
+    if _needs_package(model):
+        lines += [
+            "",
+            "This model ends in st-magnitude's `RoleNormalize` module: install the package and load with "
+            "`trust_remote_code=True`:",
+            "",
+            "```bash",
+            "pip install -U sentence-transformers st-magnitude",
+            "```",
+        ]
+    else:
+        lines += [
+            "",
+            "It uses only built-in sentence-transformers modules: loading it needs `sentence-transformers` alone "
+            "(st-magnitude is only needed to train or convert it further).",
+        ]
+    return "\n".join(lines)
+
+
+def update_model_card(model: SentenceTransformer) -> SentenceTransformer:
+    """Make the model's card describe what st-magnitude did to it (idempotent; called by every conversion).
+
+    - marks the model as a retrieval model (``model_card_data.ir_model = True``), so the usage snippet shows
+      ``encode_query`` / ``encode_document`` instead of the symmetric ``encode`` + ``similarity(e, e)``;
+    - drops a README loaded with the base model (sentence-transformers would otherwise save it unchanged, with its
+      now-wrong usage instructions) so a fresh card is generated;
+    - switches the card data to :class:`MagnitudeModelCardData`, whose usage section names the served similarity,
+      the role-specific encode calls and the packages loading needs; adds the ``st-magnitude`` tag.
+    """
+    if not isinstance(model, SentenceTransformer):
+        return model
+    card = model.model_card_data
+    if not isinstance(card, MagnitudeModelCardData):
+        if isinstance(card, SentenceTransformerModelCardData) and type(card) is SentenceTransformerModelCardData:
+            card.__class__ = MagnitudeModelCardData
+        else:
+            logger.info("update_model_card: custom model card data %s left as is", type(card).__name__)
+    card.ir_model = True
+    if _CARD_TAG not in card.tags:
+        card.add_tags(_CARD_TAG)
+    model._model_card_text = None
+    return model
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# truncation: before the normalisation, never after
+# ----------------------------------------------------------------------------------------------------------------
+def _has_normalisation(model: nn.Module) -> bool:
+    return any(isinstance(m, (Normalize, RoleNormalize)) for m in model.modules())
+
+
+def check_truncation(model: SentenceTransformer) -> None:
+    """Raise when ``model.truncate_dim`` would give wrong scores for this model.
+
+    sentence-transformers applies ``truncate_dim`` to the model's *output*, i.e. after any ``Normalize`` /
+    :class:`RoleNormalize`. A normalised route then keeps its full-dimension norm (a dnorm document truncated from
+    384 to 128 dims has norm < 1), so the served score is not the similarity of the truncated raw vectors. Only a
+    model scored with cosine (which re-normalises) or one without any normalisation is unaffected.
+    """
+    if not isinstance(model, nn.Module) or getattr(model, "truncate_dim", None) is None:
+        return
+    if _has_normalisation(model) and model.similarity_fn_name != "cosine":
+        raise ValueError(
+            f"truncate_dim={model.truncate_dim} on a model that normalises inside (similarity_fn_name="
+            f"{model.similarity_fn_name!r}): sentence-transformers truncates after the normalisation, so the scores "
+            "would be wrong. Set model.truncate_dim = None and call "
+            f"st_magnitude.truncate_model(model, {model.truncate_dim}) instead (it truncates before the "
+            "normalisation)."
+        )
+
+
+def _truncation_layer(in_features: int, dim: int, like: nn.Module | None) -> Dense:
+    layer = Dense(
+        in_features,
+        dim,
+        bias=False,
+        activation_function=None,
+        init_weight=torch.eye(dim, in_features),  # keeps the first `dim` coordinates exactly
+    )
+    param = next(like.parameters(), None) if like is not None else None
+    if param is not None:
+        layer.to(device=param.device, dtype=param.dtype)
+    return layer
+
+
+def truncate_model(model: SentenceTransformer, dim: int) -> SentenceTransformer:
+    """Make ``model`` (in place) emit its first ``dim`` coordinates, truncated *before* any normalisation.
+
+    A fixed ``Dense(n, dim)`` holding the first ``dim`` rows of the identity (no bias, no activation) goes right
+    before the first ``Normalize`` / :class:`RoleNormalize` of every route (at the end when there is none), so
+    ``model.similarity(model.encode_query(q), model.encode_document(d))`` equals the model's similarity applied to
+    the *truncated raw* embeddings. The layer is ST's built-in ``Dense``: a saved model still loads in stock
+    sentence-transformers. Use it instead of ``truncate_dim`` on every model st-magnitude produces (see
+    :func:`check_truncation`); ``model.truncate_dim`` is reset to ``None``.
+    """
+    if not isinstance(model, SentenceTransformer):
+        raise TypeError(f"truncate_model expects a SentenceTransformer, got {type(model).__name__}")
+    model.truncate_dim = None  # the truncation moves into the model
+    full = int(model.get_embedding_dimension())
+    if isinstance(dim, bool) or not isinstance(dim, int) or not (1 <= dim <= full):
+        raise ValueError(f"dim must be an int in [1, {full}], got {dim!r}")
+    if dim == full:
+        return model
+    modules = list(model)
+    layer = _truncation_layer(full, dim, model)
+    if modules and isinstance(modules[0], Router):
+        router = modules[0]
+        if any(_is_normalize(m) or isinstance(m, RoleNormalize) for m in modules[1:]):
+            # normalisation after the Router: truncate there, once
+            at = next(i for i, m in enumerate(modules) if i > 0 and (_is_normalize(m) or isinstance(m, RoleNormalize)))
+            replace_modules(model, modules[:at] + [layer] + modules[at:])
+        else:
+            for name, seq in list(router.sub_modules.items()):
+                route = list(seq)
+                at = next((i for i, m in enumerate(route) if _is_normalize(m) or isinstance(m, RoleNormalize)), None)
+                route = route + [layer] if at is None else route[:at] + [layer] + route[at:]
+                router.sub_modules[name] = nn.Sequential(*route)
+            replace_modules(model, modules)
+    else:
+        at = next((i for i, m in enumerate(modules) if _is_normalize(m) or isinstance(m, RoleNormalize)), None)
+        new = modules + [layer] if at is None else modules[:at] + [layer] + modules[at:]
+        replace_modules(model, new)
+    logger.info("truncate_model: %d -> %d dims, truncated before normalisation", full, dim)
+    if carried_similarity(model) is not None or training_similarity(model) is not None:
+        update_model_card(model)
+    return model

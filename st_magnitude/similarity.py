@@ -14,8 +14,11 @@ dot product (digest 000 §2.2)::
 Each similarity is an :class:`torch.nn.Module` with a *matrix* form ``sim(Q[B, n], D[M, n]) -> [B, M]`` (its
 ``forward``, so it can be passed as ``similarity_fct`` to sentence-transformers losses such as
 ``MultipleNegativesRankingLoss``) and a *pairwise* form ``sim.pairwise(Q[B, n], D[B, n]) -> [B]`` (for
-``MarginMSELoss``-style losses). Norms are eps-safe: ``‖v‖`` is clamped from below by ``eps`` so a zero vector
-gives a zero score and zero gradient, never NaN.
+``MarginMSELoss``-style losses). Norms are eps-safe: ``‖v‖`` is clamped from below by ``eps`` (one ``eps`` for the
+matrix and the pairwise form, cosine included), so a zero vector gives a zero score and a *finite* gradient, never
+NaN. The gradient is not zero: inside the ball ‖v‖ < eps, φ_γ(v) = v / eps^γ is linear, so ∂s/∂v is the upstream
+gradient times eps^−γ — up to 1e8 for γ = 1 at the default eps = 1e-8 (``tests/test_similarity.py`` checks the
+exact value). Keep zero vectors out of training batches.
 
 Roles matter: only ``cosine`` and ``dot`` (and ``learnable`` with γq = γd) are symmetric (paper 000 Prop. 2.1).
 The first argument is always the query side, the second the document side.
@@ -25,10 +28,10 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 logger = logging.getLogger(__name__)
@@ -232,10 +235,6 @@ class CosineSimilarity(PowerNormSimilarity):
     def __init__(self, eps: float = DEFAULT_EPS) -> None:
         super().__init__(1.0, 1.0, eps=eps)
 
-    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
-        queries, documents = _check_inputs(queries, documents, pairwise=False)
-        return _dot_matrix(F.normalize(queries, p=2, dim=-1), F.normalize(documents, p=2, dim=-1))
-
 
 class DotSimilarity(PowerNormSimilarity):
     """Dot product: qᵀd = ‖q‖‖d‖ cos θ (paper 000 eq. 4). Symmetric."""
@@ -352,9 +351,13 @@ def get_similarity(name: str | Similarity, **kwargs: Any) -> Similarity:
     key = validate_similarity_name(name)
     cls = _CLASSES[key]
     if key != "learnable":
-        unknown = set(kwargs) - {"eps"}
+        allowed = {"eps", "refine_ratio"} if key == "tn" else {"eps"}
+        unknown = set(kwargs) - allowed
         if unknown:
-            raise ValueError(f"similarity {key!r} accepts only `eps`, got {sorted(unknown)}")
+            raise ValueError(
+                f"similarity {key!r} accepts only {' and '.join(f'`{k}`' for k in sorted(allowed))}, "
+                f"got {sorted(unknown)}"
+            )
     return cls(**kwargs)
 
 
@@ -371,8 +374,13 @@ class TNSimilarity(Similarity):
     Depends on both direction and length: it is 1 iff q and t have the same direction *and* the same norm
     (k = ‖t‖/‖q‖ = 1 and cos γ = 1, paper App. A), and 0 iff they point in opposite directions. Symmetric.
 
-    Numerics (digest 002 §7): computed in fp32 (fp64 inputs stay fp64); the matrix form uses
-    ‖a − b‖² = ‖a‖² + ‖b‖² − 2a·b (no (N, M, d) tensor), and ``eps`` sits inside every square root —
+    Numerics (digest 002 §7): computed in fp32 (fp64 inputs stay fp64) with autocast disabled, so a bf16/fp16
+    ``torch.autocast`` region does not run the matmul in half precision. The matrix form uses
+    ‖a − b‖² = ‖a‖² + ‖b‖² − 2a·b (no (N, M, d) tensor); that identity cancels catastrophically for near-aligned
+    pairs (fp32 error ≈ 1e-7·(‖a‖² + ‖b‖²), a floor of ≈ 2e-4 in sim_TN), so every pair with
+    ‖a − b‖² < ``refine_ratio``·(‖a‖² + ‖b‖²) (default 0.1: cos > 0.9 at equal norms, typically the positives) is
+    recomputed from the difference a − b, as the pairwise form does (only those pairs are gathered, in chunks).
+    ``eps`` sits inside every square root —
     ‖a − b‖ = sqrt(d² + eps) and ‖a‖ = sqrt(‖a‖² + eps) — so the gradient is finite at perfect alignment (where
     L_TN is singular, paper App. A) and at zero vectors. Because (sqrt(x+eps) + sqrt(y+eps))² ≥ (‖a‖+‖b‖)² + eps,
     the eps-smoothed ratio still lies in [0, 1]; the result is clamped to [0, 1] only to absorb rounding. Two zero
@@ -382,6 +390,12 @@ class TNSimilarity(Similarity):
     """
 
     name = "tn"
+
+    def __init__(self, eps: float = DEFAULT_EPS, refine_ratio: float = 0.1) -> None:
+        super().__init__(eps=eps)
+        if not (isinstance(refine_ratio, (int, float)) and 0.0 <= float(refine_ratio) <= 1.0):
+            raise ValueError(f"refine_ratio must be a number in [0, 1], got {refine_ratio!r}")
+        self.refine_ratio = float(refine_ratio)
 
     def gammas(self) -> tuple[float, float]:
         raise ValueError("tn is not a per-role rescaling; it cannot be carried by a model (it has no gammas).")
@@ -398,18 +412,37 @@ class TNSimilarity(Similarity):
     def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
         """Matrix form ``[B, n] x [M, n] -> [B, M]`` (fp32), without building a ``[B, M, n]`` tensor."""
         queries, documents = _check_inputs(queries, documents, pairwise=False)
-        a, b = _at_least_fp32(queries), _at_least_fp32(documents)
-        sq_a = (a * a).sum(-1, keepdim=True)  # [B, 1]
-        sq_b = (b * b).sum(-1).unsqueeze(0)  # [1, M]
-        sq_dist = (sq_a + sq_b - 2.0 * (a @ b.transpose(-1, -2))).clamp_min(0.0)  # ‖a − b‖², law of cosines (eq. 2)
-        return self._from_parts(sq_dist, sq_a, sq_b)
+        with torch.autocast(device_type=queries.device.type, enabled=False):
+            a, b = _at_least_fp32(queries), _at_least_fp32(documents)
+            sq_a = (a * a).sum(-1, keepdim=True)  # [B, 1]
+            sq_b = (b * b).sum(-1).unsqueeze(0)  # [1, M]
+            # ‖a − b‖², law of cosines (eq. 2)
+            sq_dist = (sq_a + sq_b - 2.0 * (a @ b.transpose(-1, -2))).clamp_min(0.0)
+            sq_dist = self._refine_near_aligned(sq_dist, a, b, sq_a + sq_b)
+            return self._from_parts(sq_dist, sq_a, sq_b)
+
+    def _refine_near_aligned(self, sq_dist: Tensor, a: Tensor, b: Tensor, sq_sum: Tensor) -> Tensor:
+        """Recompute ‖a_i − b_j‖² from the difference where the identity loses its digits (see class docstring)."""
+        if self.refine_ratio == 0.0 or a.dim() != 2 or sq_dist.numel() == 0:
+            return sq_dist
+        with torch.no_grad():
+            rows, cols = torch.nonzero(sq_dist < self.refine_ratio * sq_sum, as_tuple=True)
+        if rows.numel() == 0:
+            return sq_dist
+        chunk = max(1, (1 << 22) // max(1, a.shape[-1]))  # at most ~4M gathered elements at a time
+        parts = []
+        for start in range(0, rows.numel(), chunk):
+            diff = a[rows[start : start + chunk]] - b[cols[start : start + chunk]]
+            parts.append((diff * diff).sum(-1))
+        return sq_dist.index_put((rows, cols), torch.cat(parts))
 
     def pairwise(self, queries: Tensor, documents: Tensor) -> Tensor:
         """Pairwise form ``[B, n] x [B, n] -> [B]`` (fp32); ‖a − b‖ from the difference itself."""
         queries, documents = _check_inputs(queries, documents, pairwise=True)
-        a, b = _at_least_fp32(queries), _at_least_fp32(documents)
-        diff = a - b
-        return self._from_parts((diff * diff).sum(-1), (a * a).sum(-1), (b * b).sum(-1))
+        with torch.autocast(device_type=queries.device.type, enabled=False):
+            a, b = _at_least_fp32(queries), _at_least_fp32(documents)
+            diff = a - b
+            return self._from_parts((diff * diff).sum(-1), (a * a).sum(-1), (b * b).sum(-1))
 
     def _from_parts(self, sq_dist: Tensor, sq_a: Tensor, sq_b: Tensor) -> Tensor:
         eps = self.eps
@@ -430,10 +463,10 @@ class TNSimilarity(Similarity):
         return True
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "eps": self.eps}
+        return {"name": self.name, "eps": self.eps, "refine_ratio": self.refine_ratio}
 
     def extra_repr(self) -> str:
-        return f"eps={self.eps:g}"
+        return f"eps={self.eps:g}, refine_ratio={self.refine_ratio:g}"
 
 
 def _at_least_fp32(v: Tensor) -> Tensor:
@@ -444,3 +477,94 @@ _CLASSES["tn"] = TNSimilarity
 SIMILARITY_NAMES = (*SIMILARITY_NAMES, "tn")
 _ALIASES.update({"sim_tn": "tn", "tn_similarity": "tn"})
 __all__ += ["CARRIABLE_SIMILARITY_NAMES", "TNSimilarity"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# registry: the one place that says which names exist and what each can do (CLI choices, apply_similarity, ...)
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SimilaritySpec:
+    """What one registered similarity name can do.
+
+    Attributes:
+        name: canonical name (what :func:`get_similarity` accepts; aliases resolve to it).
+        gammas: the fixed (γq, γd) of a per-role rescaling; ``None`` when γ is learned (``learnable``) or the
+            similarity is not a per-role rescaling (``tn``).
+        carriable: a model can carry it (:func:`st_magnitude.apply_similarity`, ``st-magnitude convert``), i.e. it is
+            φ_γq(q)·φ_γd(d) and embeddings can be scored with a plain dot product after the model's rescaling.
+        symmetric: s(a, b) == s(b, a) for *every* parameter value (paper 000 Prop. 2.1). ``learnable`` is False:
+            it is symmetric only while γq == γd.
+        learnable: it holds trainable parameters.
+    """
+
+    name: str
+    gammas: tuple[float, float] | None
+    carriable: bool
+    symmetric: bool
+    learnable: bool
+
+
+#: Every similarity name, in display order, with its capabilities. Read it through :func:`similarity_names`,
+#: :func:`is_carriable`, :func:`gammas_of` and :func:`similarity_spec`.
+SIMILARITY_REGISTRY: dict[str, SimilaritySpec] = {
+    "cosine": SimilaritySpec("cosine", CORNER_GAMMAS["cosine"], carriable=True, symmetric=True, learnable=False),
+    "dot": SimilaritySpec("dot", CORNER_GAMMAS["dot"], carriable=True, symmetric=True, learnable=False),
+    "qnorm": SimilaritySpec("qnorm", CORNER_GAMMAS["qnorm"], carriable=True, symmetric=False, learnable=False),
+    "dnorm": SimilaritySpec("dnorm", CORNER_GAMMAS["dnorm"], carriable=True, symmetric=False, learnable=False),
+    "learnable": SimilaritySpec("learnable", None, carriable=True, symmetric=False, learnable=True),
+    "tn": SimilaritySpec("tn", None, carriable=False, symmetric=True, learnable=False),
+}
+assert tuple(SIMILARITY_REGISTRY) == SIMILARITY_NAMES == tuple(_CLASSES)
+assert tuple(n for n, spec in SIMILARITY_REGISTRY.items() if spec.carriable) == CARRIABLE_SIMILARITY_NAMES
+
+
+def similarity_spec(name: str) -> SimilaritySpec:
+    """The :class:`SimilaritySpec` of a name or alias; unknown names raise ``ValueError`` listing the valid ones."""
+    return SIMILARITY_REGISTRY[validate_similarity_name(name)]
+
+
+def similarity_names(
+    *,
+    carriable: bool | None = None,
+    symmetric: bool | None = None,
+    learnable: bool | None = None,
+    fixed_gammas: bool | None = None,
+) -> tuple[str, ...]:
+    """Canonical names (registry order) matching every filter that is not ``None``.
+
+    Examples: ``similarity_names()`` → all six; ``similarity_names(carriable=True)`` → cosine, dot, qnorm, dnorm,
+    learnable (what ``convert`` accepts); ``similarity_names(fixed_gammas=True)`` → the four corners;
+    ``similarity_names(symmetric=True)`` → cosine, dot, tn (valid for STS / clustering).
+    """
+    out = []
+    for name, spec in SIMILARITY_REGISTRY.items():
+        if carriable is not None and spec.carriable != carriable:
+            continue
+        if symmetric is not None and spec.symmetric != symmetric:
+            continue
+        if learnable is not None and spec.learnable != learnable:
+            continue
+        if fixed_gammas is not None and (spec.gammas is not None) != fixed_gammas:
+            continue
+        out.append(name)
+    return tuple(out)
+
+
+def is_carriable(name: str) -> bool:
+    """Whether a model can carry the similarity (``apply_similarity``); unknown names raise ``ValueError``."""
+    return similarity_spec(name).carriable
+
+
+def gammas_of(name: str) -> tuple[float, float] | None:
+    """The fixed (γq, γd) of a name, or ``None`` for ``learnable`` (learned γ) and ``tn`` (no γ at all)."""
+    return similarity_spec(name).gammas
+
+
+__all__ += [
+    "SIMILARITY_REGISTRY",
+    "SimilaritySpec",
+    "similarity_spec",
+    "similarity_names",
+    "is_carriable",
+    "gammas_of",
+]

@@ -248,3 +248,112 @@ def test_cosine_equals_sentence_transformers_cos_sim():
     q, d = torch.randn(5, 12, generator=g), torch.randn(7, 12, generator=g)
     torch.testing.assert_close(get_similarity("cosine")(q, d), cos_sim(q, d), rtol=0, atol=0)
     torch.testing.assert_close(get_similarity("dot")(q, d), dot_score(q, d), rtol=0, atol=0)
+
+
+# --- issue 12 item 10: one eps for every form; the zero-vector gradient is finite and exactly eps^-γ · upstream ---
+@pytest.mark.parametrize("name", FIXED)
+def test_zero_vector_gradient_is_the_same_in_matrix_and_pairwise_form(name):
+    d = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    sim = get_similarity(name)
+    grads = {}
+    for form in ("matrix", "pairwise"):
+        q = torch.zeros(1, 4, requires_grad=True)
+        s = sim(q, d) if form == "matrix" else sim.pairwise(q, d)
+        assert s.item() == 0.0
+        s.sum().backward()
+        grads[form] = q.grad
+    gq, gd = CORNER_GAMMAS[name]
+    # φ_γ(v) = v / eps^γ inside the eps-ball, so ∂(φ(q)·φ(d))/∂q = φ_γd(d) / eps^γq at q = 0
+    expected = phi(d, gd) / sim.eps**gq
+    torch.testing.assert_close(grads["matrix"], grads["pairwise"], rtol=1e-6, atol=0)
+    torch.testing.assert_close(grads["matrix"], expected, rtol=1e-6, atol=0)
+    assert torch.isfinite(grads["matrix"]).all()
+
+
+# --- issue 12 item 5: sim_TN stays fp32 under autocast and exact for near-aligned pairs ---
+def _tn_reference(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """sim_TN from the difference a − b in float64 (paper 002 eqs. 1, 4), the same eps placement."""
+    a, b = a.double(), b.double()
+    dist = torch.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1) + eps)
+    den = torch.sqrt((a * a).sum(-1, keepdim=True) + eps) + torch.sqrt((b * b).sum(-1)[None] + eps)
+    return (1 - dist / den).clamp(0, 1)
+
+
+def _near_aligned(seed: int = 0, b: int = 16, n: int = 384, noise: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    a = torch.nn.functional.normalize(torch.randn(b, n, generator=g, dtype=torch.float64), dim=-1) * 10
+    pos = a + noise * 10 * torch.randn(b, n, generator=g, dtype=torch.float64) / n**0.5
+    return a, pos
+
+
+def test_tn_matrix_form_ignores_autocast():
+    a, b = _near_aligned(noise=0.5)
+    sim = get_similarity("tn")
+    ref = sim(a.float(), b.float())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = sim(a.float(), b.float())
+        got_pair = sim.pairwise(a.float(), b.float())
+    assert got.dtype == torch.float32 and got_pair.dtype == torch.float32
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-7)
+    torch.testing.assert_close(got_pair, ref.diagonal(), rtol=0, atol=1e-6)
+
+
+def test_tn_matrix_form_has_no_cancellation_floor_for_near_aligned_pairs():
+    a, b = _near_aligned()
+    got = get_similarity("tn")(a.float(), b.float()).double()
+    # the identity ‖a‖² + ‖b‖² − 2a·b alone left errors of ≈ 4e-4 on the diagonal here
+    torch.testing.assert_close(got, _tn_reference(a, b), rtol=0, atol=1e-6)
+
+
+def test_info_tn_gradient_matches_float64_reference_for_near_aligned_positives():
+    from st_magnitude.losses.l2dir import info_tn_loss
+
+    a, b = _near_aligned(noise=1e-3)
+    tau = 0.01
+    ref_a = a.clone().requires_grad_()
+    torch.nn.functional.cross_entropy(_tn_reference(ref_a, b) / tau, torch.arange(a.shape[0])).backward()
+    a32 = a.float().requires_grad_()
+    info_tn_loss(a32, b.float(), tau).backward()
+    rel = ((a32.grad.double() - ref_a.grad).norm() / ref_a.grad.norm()).item()
+    assert rel < 1e-4  # 1.2e-2 before the near-aligned pairs were recomputed from the difference
+
+
+def test_tn_refine_ratio_is_validated_and_configurable():
+    assert get_similarity("tn", refine_ratio=0.0).refine_ratio == 0.0
+    with pytest.raises(ValueError, match="refine_ratio"):
+        get_similarity("tn", refine_ratio=2.0)
+    with pytest.raises(ValueError, match="accepts only"):
+        get_similarity("dot", refine_ratio=0.1)
+
+
+# --- the registry: one source of truth for which names each command accepts ---
+def test_registry_answers_what_each_name_can_do():
+    from st_magnitude.similarity import (
+        CARRIABLE_SIMILARITY_NAMES,
+        SIMILARITY_NAMES,
+        SIMILARITY_REGISTRY,
+        gammas_of,
+        is_carriable,
+        similarity_names,
+    )
+
+    assert similarity_names() == SIMILARITY_NAMES == tuple(SIMILARITY_REGISTRY)
+    assert (
+        similarity_names(carriable=True)
+        == CARRIABLE_SIMILARITY_NAMES
+        == ("cosine", "dot", "qnorm", "dnorm", "learnable")
+    )
+    assert similarity_names(carriable=False) == ("tn",)
+    assert similarity_names(fixed_gammas=True) == ("cosine", "dot", "qnorm", "dnorm")
+    assert similarity_names(symmetric=True) == ("cosine", "dot", "tn")
+    assert similarity_names(learnable=True) == ("learnable",)
+    assert is_carriable("cos_sim") and not is_carriable("sim_tn")
+    assert gammas_of("qnorm") == (1.0, 0.0) and gammas_of("learnable") is None and gammas_of("tn") is None
+    for name in SIMILARITY_NAMES:
+        sim = get_similarity(name)
+        spec = SIMILARITY_REGISTRY[name]
+        if spec.gammas is not None:
+            assert (sim.gamma_query, sim.gamma_document) == spec.gammas
+        assert sim.symmetric == spec.symmetric or name == "learnable"  # learnable is symmetric only at γq = γd
+    with pytest.raises(ValueError, match="Valid names"):
+        is_carriable("euclid")

@@ -18,15 +18,18 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import warnings
 import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
+from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.evaluation.evaluator import SentenceEvaluator
 from torch import Tensor
 
+from st_magnitude.convert import check_truncation, model_gammas, training_temperature
 from st_magnitude.similarity import Similarity, get_similarity
 
 logger = logging.getLogger(__name__)
@@ -113,6 +116,11 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
         similarity: ``None`` — score with ``model.similarity`` (what the model serves, e.g. after
             ``st_magnitude.apply_similarity``); or a :mod:`st_magnitude.similarity` name / instance.
         scale: 1/τ applied to the similarity (paper: 1.0 for BERT raw dot; 50.0 for Ettin cosine, τ = 0.02).
+            ``None`` (default): 1/τ with the τ the model was trained at, as recorded by
+            :class:`~st_magnitude.losses.margin_contrastive.BertRecipeLoss` / ``EttinRecipeLoss``
+            (:func:`st_magnitude.convert.training_temperature`); a model with no recorded τ gets 1.0, with a warning
+            when it is scored by cosine (cosine at τ = 1 keeps every logit in [−1, 1], so the metric sits near
+            chance, log(1 + n_negatives)). The scale used is in ``self.last_scale``.
         min_relevance: smallest qrel grade that counts as positive (paper: > 0, i.e. 1).
         seed: negative-sampling seed; fixed across models so comparisons share the same negatives.
         batch_size: encoding batch size.
@@ -130,7 +138,7 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
 
         model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
         corpus = {f"d{i}": f"passage {i}" for i in range(300)}
-        ev = ContrastiveEntropyEvaluator({"q1": "passage 3"}, corpus, {"q1": {"d3": 1}}, scale=50.0)
+        ev = ContrastiveEntropyEvaluator({"q1": "passage 3"}, corpus, {"q1": {"d3": 1}}, scale=50.0)  # cos/0.02
         print(ev(model))   # {'contrastive_entropy': ..., 'n_queries': 1.0}
     """
 
@@ -141,7 +149,7 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
         relevant_docs: Mapping[str, Any],
         n_negatives: int = 256,
         similarity: str | Similarity | None = None,
-        scale: float = 1.0,
+        scale: float | None = None,
         min_relevance: int = 1,
         seed: int = 42,
         batch_size: int = 32,
@@ -152,10 +160,13 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
         write_csv: bool = True,
     ) -> None:
         super().__init__()
-        if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0):
-            raise ValueError(f"scale must be a positive number (1/temperature), got {scale!r}")
+        if scale is not None and not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0):
+            raise ValueError(
+                f"scale must be a positive number (1/temperature) or None (from the model), got {scale!r}"
+            )
         self.similarity = None if similarity is None else get_similarity(similarity)
-        self.scale = float(scale)
+        self.scale = None if scale is None else float(scale)
+        self.last_scale: float | None = None
         self.n_negatives = n_negatives
         self.min_relevance = min_relevance
         self.seed = int(seed)
@@ -188,6 +199,8 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
     def __call__(
         self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1
     ) -> dict[str, float]:
+        check_truncation(model)
+        scale = self.resolve_scale(model)
         needed = self.needed_doc_ids()
         q_emb = model.encode_query(
             [self.queries[q] for q in self.query_ids],
@@ -204,7 +217,7 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
             show_progress_bar=self.show_progress_bar,
         )
         similarity = self.similarity if self.similarity is not None else _ModelSimilarity(model)
-        value = self.compute_from_embeddings(q_emb, self.query_ids, d_emb, needed, similarity)
+        value = self.compute_from_embeddings(q_emb, self.query_ids, d_emb, needed, similarity, scale=scale)
         metrics = {"contrastive_entropy": value, "n_queries": float(len(self.query_ids))}
         if output_path is not None and self.write_csv:
             os.makedirs(output_path, exist_ok=True)
@@ -219,6 +232,29 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
         self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
         return metrics
 
+    def resolve_scale(self, model: Any) -> float:
+        """The 1/τ used for ``model``: the evaluator's ``scale``, else the model's recorded training temperature."""
+        if self.scale is not None:
+            return self.scale
+        tau = training_temperature(model)
+        if tau is not None:
+            return 1.0 / tau
+        served_cosine = (
+            self.similarity.name == "cosine"
+            if self.similarity is not None
+            else getattr(model, "similarity_fn_name", None) == "cosine"
+            or (isinstance(model, SentenceTransformer) and model_gammas(model) == (1.0, 1.0))
+        )
+        if served_cosine:
+            warnings.warn(
+                "ContrastiveEntropyEvaluator: the model records no training temperature and is scored by cosine; "
+                "using scale=1 (τ = 1) keeps every logit in [-1, 1] and the metric near chance. Pass scale=1/τ "
+                "(paper 003 Ettin: 50.0), or build the loss with EttinRecipeLoss, which records τ on the model.",
+                UserWarning,
+                stacklevel=3,
+            )
+        return 1.0
+
     def needed_doc_ids(self) -> list[str]:
         """The corpus ids the metric reads: every positive and every sampled negative (sorted)."""
         return sorted({d for qid in self.query_ids for d in self.positives[qid] | set(self.negatives[qid])})
@@ -230,12 +266,14 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
         doc_embeddings: Tensor,
         doc_ids: list[str],
         similarity: str | Similarity | None = None,
+        scale: float | None = None,
     ) -> float:
         """Contrastive entropy from precomputed embeddings (rows aligned with ``query_ids`` / ``doc_ids``).
 
-        ``doc_ids`` must cover :meth:`needed_doc_ids`; ``similarity`` defaults to the evaluator's. Sets
-        ``self.per_query``.
+        ``doc_ids`` must cover :meth:`needed_doc_ids`; ``similarity`` defaults to the evaluator's, ``scale`` to the
+        evaluator's (1.0 when that is ``None``: there is no model here to read τ from). Sets ``self.per_query``.
         """
+        scale = scale if scale is not None else (self.scale if self.scale is not None else 1.0)
         similarity = similarity if similarity is not None else self.similarity
         if similarity is None:
             raise ValueError("no similarity: pass one here or to the evaluator (None means model.similarity)")
@@ -248,14 +286,15 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
         q_emb = query_embeddings[[q_row[q] for q in self.query_ids]]
         pos = [doc_embeddings[[d_row[d] for d in sorted(self.positives[q])]] for q in self.query_ids]
         neg = [doc_embeddings[[d_row[d] for d in self.negatives[q]]] for q in self.query_ids]
-        value, per_query = contrastive_entropy(q_emb, pos, neg, similarity, self.scale)
+        value, per_query = contrastive_entropy(q_emb, pos, neg, similarity, scale)
+        self.last_scale = float(scale)
         self.per_query = dict(zip(self.query_ids, per_query))
         return value
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
             "n_negatives": self.n_negatives,
-            "scale": self.scale,
+            "scale": "model training temperature" if self.scale is None else self.scale,
             "similarity": None if self.similarity is None else self.similarity.get_config_dict(),
             "min_relevance": self.min_relevance,
             "seed": self.seed,

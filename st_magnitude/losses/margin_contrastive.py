@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from st_magnitude.convert import set_training_similarity
 from st_magnitude.losses._common import check_columns, check_finite
 from st_magnitude.similarity import Similarity, get_similarity
 
@@ -302,6 +303,8 @@ class BertRecipeLoss(MarginContrastiveLoss):
             margin_mse_weight=margin_mse_weight,
             contrastive_weight=contrastive_weight,
         )
+        # the model now serves what it is trained with (raw dot, τ = 1), so model.similarity and the evaluators agree
+        set_training_similarity(model, "dot", 1.0, recipe="paper 003 BERT")
 
 
 class EttinRecipeLoss(MarginContrastiveLoss):
@@ -353,6 +356,7 @@ class EttinRecipeLoss(MarginContrastiveLoss):
             contrastive_weight=1.0,
         )
         self.temperature = float(temperature)
+        set_training_similarity(model, "cosine", self.temperature, recipe="paper 003 Ettin")  # served: cosine, τ
 
     def get_config_dict(self) -> dict[str, Any]:
         config = super().get_config_dict()

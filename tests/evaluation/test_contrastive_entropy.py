@@ -142,3 +142,59 @@ def test_query_subset_uses_only_given_queries(tiny_model_raw):
     full(tiny_model_raw)
     value = ev(tiny_model_raw)["contrastive_entropy"]
     assert value == pytest.approx((full.per_query["q1"] + full.per_query["q3"]) / 2, rel=1e-6)
+
+
+# --- issue 12 item 3: a recipe leaves the model serving what it trained, and the evaluator reads τ from it ---
+def test_bert_recipe_model_is_served_and_scored_with_raw_dot(tiny_model_raw):
+    from st_magnitude.convert import training_temperature
+    from st_magnitude.losses.margin_contrastive import BertRecipeLoss
+    from st_magnitude.modules.dimension_projection import add_dimension_projection
+
+    model = tiny_model_raw
+    add_dimension_projection(model, 48, seed=0)
+    assert model.similarity_fn_name == "cosine"  # ST's default for a model without a saved similarity
+    BertRecipeLoss(model)
+    assert model.similarity_fn_name == "dot" and training_temperature(model) == 1.0
+    corpus, queries, qrels = _toy()
+    metrics = ContrastiveEntropyEvaluator(queries, corpus, qrels, n_negatives=20, seed=7)(model)  # all defaults
+    ref = _brute_force(model, corpus, queries, qrels, 20, 7, scale=1.0, cosine=False)
+    assert metrics["contrastive_entropy"] == pytest.approx(ref, rel=1e-5)
+    cosine_at_1 = _brute_force(model, corpus, queries, qrels, 20, 7, scale=1.0, cosine=True)
+    assert metrics["contrastive_entropy"] != pytest.approx(cosine_at_1, rel=1e-5)  # what the old defaults computed
+
+
+def test_ettin_recipe_temperature_reaches_the_evaluator(tiny_model):
+    from st_magnitude.convert import training_temperature
+    from st_magnitude.losses.margin_contrastive import EttinRecipeLoss
+
+    EttinRecipeLoss(tiny_model, temperature=0.02)
+    assert tiny_model.similarity_fn_name == "cosine" and training_temperature(tiny_model) == 0.02
+    corpus, queries, qrels = _toy()
+    ev = ContrastiveEntropyEvaluator(queries, corpus, qrels, n_negatives=20, seed=7)
+    metrics = ev(tiny_model)
+    assert ev.last_scale == pytest.approx(50.0)
+    ref = _brute_force(tiny_model, corpus, queries, qrels, 20, 7, scale=50.0, cosine=True)
+    assert metrics["contrastive_entropy"] == pytest.approx(ref, rel=1e-5)
+    # an explicit scale still wins
+    explicit = ContrastiveEntropyEvaluator(queries, corpus, qrels, n_negatives=20, seed=7, scale=1.0)
+    explicit(tiny_model)
+    assert explicit.last_scale == 1.0
+
+
+def test_cosine_model_without_recorded_temperature_warns(tiny_model):
+    corpus, queries, qrels = _toy()
+    ev = ContrastiveEntropyEvaluator(queries, corpus, qrels, n_negatives=20, seed=7)
+    with pytest.warns(UserWarning, match="no training temperature"):
+        ev(tiny_model)
+    assert ev.last_scale == 1.0
+
+
+def test_evaluator_refuses_truncate_dim_after_normalisation(tiny_model):
+    from st_magnitude import apply_similarity
+
+    with pytest.warns(Warning):
+        apply_similarity(tiny_model, "dnorm")
+    tiny_model.truncate_dim = 16
+    corpus, queries, qrels = _toy()
+    with pytest.raises(ValueError, match="truncate_model"):
+        ContrastiveEntropyEvaluator(queries, corpus, qrels, n_negatives=20, scale=1.0)(tiny_model)
