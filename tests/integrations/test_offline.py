@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from st_magnitude.experiments import offline
-from st_magnitude.experiments.offline import OFFLINE_WHEEL_MODEL, resolve_model_source
+from st_magnitude.integrations import offline
+from st_magnitude.integrations.offline import OFFLINE_WHEEL_MODEL, resolve_model_source
 
 
 def test_other_names_and_local_folders_are_returned_unchanged(tmp_path, monkeypatch):
@@ -28,3 +28,15 @@ def test_default_id_prefers_the_cache_then_the_wheel_then_the_hub(tmp_path, monk
 def test_the_installed_wheel_is_found():
     path = offline.offline_model_path()
     assert path is None or (Path(path) / "modules.json").is_file()
+
+
+def test_load_model_takes_the_wheel_for_the_default_id_without_the_hub(tiny_model, tmp_path, monkeypatch):
+    """`evaluate` / `diagnose` load through load_model: the default id must not wait on hub retries offline."""
+    from st_magnitude.integrations.models import load_model
+
+    tiny_model.save(str(tmp_path / "wheel"))
+    monkeypatch.setattr(offline, "offline_model_path", lambda: tmp_path / "wheel")
+    monkeypatch.setattr(offline, "_in_hub_cache", lambda repo: False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = load_model(OFFLINE_WHEEL_MODEL)
+    assert model.get_embedding_dimension() == tiny_model.get_embedding_dimension()
