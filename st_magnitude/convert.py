@@ -45,6 +45,8 @@ from st_magnitude.similarity import (
     LearnableSimilarity,
     PowerNormSimilarity,
     Similarity,
+    is_carriable,
+    similarity_names,
     validate_similarity_name,
 )
 
@@ -313,8 +315,8 @@ def apply_similarity(
             name = next((k for k, v in CORNER_GAMMAS.items() if v == gammas), "fractional")
     else:
         name = validate_similarity_name(similarity)
-        if name != "learnable" and name not in CORNER_GAMMAS:
-            carriable = ", ".join([*CORNER_GAMMAS, "learnable"])
+        if not is_carriable(name):
+            carriable = ", ".join(similarity_names(carriable=True))
             raise ValueError(
                 f"Similarity {name!r} is not a per-role rescaling and cannot be carried by a model; "
                 f"apply_similarity accepts: {carriable}."

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from st_magnitude.experiments.lock import OutputLock
-from st_magnitude.similarity import CORNER_GAMMAS, get_similarity, validate_similarity_name
+from st_magnitude.similarity import get_similarity, similarity_names, validate_similarity_name
 
 logger = logging.getLogger(__name__)
 
@@ -277,11 +277,10 @@ def _check_writable(output_dir: Path) -> None:
 
 def validate(config: CompareConfig) -> CompareConfig:
     config.variants = tuple(validate_similarity_name(v) for v in config.variants)
+    carriable = similarity_names(carriable=True)
     for v in config.variants:
-        if v not in (*CORNER_GAMMAS, "learnable"):
-            raise ValueError(
-                f"variant {v!r} cannot be carried by a model; use: {', '.join([*CORNER_GAMMAS, 'learnable'])}"
-            )
+        if v not in carriable:
+            raise ValueError(f"variant {v!r} cannot be carried by a model; use: {', '.join(carriable)}")
     bad = [loss for loss in config.losses if loss not in LOSSES]
     if bad:
         raise ValueError(f"unknown loss {bad[0]!r}; valid losses: {', '.join(LOSSES)}")

@@ -34,18 +34,19 @@ _PURPOSES = {
 def similarity_names(purpose: str = "carry") -> tuple[str, ...]:
     """The similarity names a command accepts — the one place the CLI takes them from.
 
-    ``"carry"``: what a model can carry (:data:`st_magnitude.similarity.CARRIABLE_SIMILARITY_NAMES`);
+    All three are queries of the one similarity registry (:func:`st_magnitude.similarity.similarity_names`).
+    ``"carry"``: what a model can carry;
     ``"rescore"``: those with fixed γ (``evaluate --similarity``: learnable has no γ of its own);
     ``"any"``: every registered name (``tn`` included).
     """
-    from st_magnitude.similarity import CARRIABLE_SIMILARITY_NAMES, SIMILARITY_NAMES
+    from st_magnitude import similarity as registry
 
     if purpose == "carry":
-        return tuple(CARRIABLE_SIMILARITY_NAMES)
+        return registry.similarity_names(carriable=True)
     if purpose == "rescore":
-        return tuple(n for n in CARRIABLE_SIMILARITY_NAMES if n != "learnable")
+        return registry.similarity_names(fixed_gammas=True)
     if purpose == "any":
-        return tuple(SIMILARITY_NAMES)
+        return registry.similarity_names()
     raise ValueError(f"unknown purpose {purpose!r}; expected one of {sorted(_PURPOSES)}")
 
 
