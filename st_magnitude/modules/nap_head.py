@@ -26,7 +26,7 @@ projection per input modality when the towers differ in width, e.g. CLIP text 51
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -389,7 +389,7 @@ class NAPInputTap:
     def collect(self) -> tuple[Tensor, Tensor]:
         """``(sentence_embedding, nap_input)`` of the last model forward run inside :meth:`capturing`."""
         out = self._last_output
-        if not isinstance(out, dict) or "sentence_embedding" not in out:
+        if not isinstance(out, Mapping) or "sentence_embedding" not in out:  # dict or BatchEncoding
             raise RuntimeError("NAPInputTap.collect() needs a model forward inside `with tap.capturing():` first")
         captured = list(self._captured)
         embedding = out["sentence_embedding"]
