@@ -215,7 +215,11 @@ class RevelaLoss(nn.Module):
             return self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         if bool((attention_mask.sum(dim=1) == 0).any()):
             raise ValueError("every chunk must have at least one non-padding LM token")
-        state = RevelaAttentionState(
+        _check_lm_checkpointing(self.lm)
+        # Two state objects, one per pass: with gradient checkpointing of the LM's decoder layers the layers of BOTH
+        # passes are re-run in backward with the keyword arguments of their forward. A single mutable state would
+        # then replay pass 1 in "in_batch" mode (a different graph, so torch's recompute check fails).
+        record_state = RevelaAttentionState(
             mode="record",
             key_mask=attention_mask.bool(),
             v_norm=self.v_norm,
@@ -226,14 +230,25 @@ class RevelaLoss(nn.Module):
         grad_ctx = torch.enable_grad() if record_grad else torch.no_grad()
         with grad_ctx:
             # pass 1 (e-stream): only the K/V matter, so only one position goes through the LM head
-            self.lm(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, **{STATE_KWARG: state})
-        if len(state.kv) == 0:
+            self.lm(
+                input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, **{STATE_KWARG: record_state}
+            )
+        if len(record_state.kv) == 0:
             raise RuntimeError(
                 f"the LM's attention did not go through {REVELA_ATTENTION!r}; is config._attn_implementation set?"
             )
-        state.mode = "in_batch"
-        state.sim = sim
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: state})
+        in_batch_state = RevelaAttentionState(
+            mode="in_batch",
+            sim=sim,
+            key_mask=record_state.key_mask,
+            v_norm=self.v_norm,
+            eps=self.eps,
+            checkpoint=self.checkpoint_in_batch,
+            kv=dict(record_state.kv),  # a copy: a replayed pass 1 must not touch what pass 2 reads
+        )
+        out = self.lm(
+            input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: in_batch_state}
+        )
         return out.loss
 
     def compute_loss_from_embeddings(
@@ -325,6 +340,26 @@ class RevelaLoss(nn.Module):
     year={2025}
 }
 """
+
+
+def _check_lm_checkpointing(lm: nn.Module) -> None:
+    """Reject reentrant gradient checkpointing of the LM's layers (see :meth:`RevelaLoss.lm_loss`).
+
+    Reentrant checkpointing (``use_reentrant=True``) tracks gradients only through a layer's positional tensor
+    inputs. Sim and pass 1's keys/values reach each layer inside the ``revela_state`` keyword, so the retriever and
+    pass 1 would silently get no gradient. Non-reentrant checkpointing (transformers' default) tracks every tensor.
+    """
+    for module in lm.modules():
+        if not getattr(module, "gradient_checkpointing", False):
+            continue
+        func = getattr(module, "_gradient_checkpointing_func", None)
+        if getattr(func, "keywords", {}).get("use_reentrant", False):
+            raise ValueError(
+                "RevelaLoss needs non-reentrant gradient checkpointing of the LM: Sim and pass 1's keys/values reach "
+                "the decoder layers through a keyword argument, which reentrant checkpointing does not track (the "
+                "retriever would get no gradient). Call lm.gradient_checkpointing_enable() without "
+                "gradient_checkpointing_kwargs, or with {'use_reentrant': False}"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------- checkpoints
