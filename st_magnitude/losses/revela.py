@@ -36,6 +36,7 @@ _LM_META = "revela_lm.json"
 __all__ = [
     "LM_CHECKPOINT_DIR",
     "RevelaLMCheckpointCallback",
+    "RevelaLMGradClipCallback",
     "RevelaLoss",
     "ZeroRetrieverGradientWarning",
     "load_lm_weights",
@@ -438,3 +439,68 @@ class RevelaLMCheckpointCallback(TrainerCallback):
         load_lm_weights(self.loss.lm, folder)
         logger.info("restored the Revela LM from %s", folder)
         return control
+
+
+class RevelaLMGradClipCallback(TrainerCallback):
+    """Clips the gradient of ``loss.lm`` to the Trainer's ``max_grad_norm`` before every optimizer step.
+
+    The Trainer clips only the retriever (``model.parameters()``); the LM lives in the loss, so its parameters are
+    in the optimizer (``SentenceTransformerTrainer`` builds it from ``loss.named_parameters()``) but were never
+    clipped. This callback clips them in ``on_pre_optimizer_step``:
+
+    * gradient accumulation: that event fires once per optimizer step, after the last micro-batch, so the
+      accumulated gradient is clipped, once;
+    * fp16 (GradScaler): the Trainer's own clipping unscales the gradients of *every* parameter of the optimizer
+      (the LM's included) before that event; if the optimizer still holds scaled gradients (``max_grad_norm``
+      clipping bypassed), the callback unscales them first. Scaler steps with inf/NaN are skipped by the scaler;
+    * bf16 / fp32: no scaling, nothing to undo.
+
+    The LM's norm is its own: the retriever is clipped to ``max_grad_norm`` by the Trainer and the LM to
+    ``max_grad_norm`` here (the official code clips one joint norm over both LoRA sets; a callback cannot, because
+    the Trainer has clipped the retriever before any callback runs). ``max_grad_norm`` ≤ 0 disables both.
+    The pre-clip LM norm of the last step is in ``last_grad_norm`` and is logged as ``lm_grad_norm``.
+    """
+
+    def __init__(self, loss: RevelaLoss) -> None:
+        self.loss = loss
+        self.last_grad_norm: float | None = None
+        self._norms: list[float] = []
+
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        max_norm = getattr(args, "max_grad_norm", None)
+        if max_norm is None or max_norm <= 0:
+            return control
+        params = [p for p in self.loss.lm.parameters() if p.requires_grad and p.grad is not None]
+        if not params:
+            return control
+        _unscale_if_needed(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(params, float(max_norm))
+        self.last_grad_norm = float(norm)
+        self._norms.append(self.last_grad_norm)
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self._norms and logs is not None and "loss" in logs:
+            value = round(sum(self._norms) / len(self._norms), 4)
+            logs["lm_grad_norm"] = value
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1]["lm_grad_norm"] = value
+            self._norms.clear()
+        return control
+
+
+def _unscale_if_needed(optimizer) -> None:
+    """Unscale the gradients of an accelerate-wrapped optimizer whose GradScaler has not unscaled them this step."""
+    scaler = getattr(optimizer, "scaler", None)
+    if scaler is None or not scaler.is_enabled():
+        return
+    from accelerate.optimizer import AcceleratedOptimizer
+    from torch.amp.grad_scaler import OptState
+
+    inner = optimizer
+    while isinstance(inner, AcceleratedOptimizer):
+        inner = inner.optimizer
+
+    stage = scaler._per_optimizer_states[id(inner)]["stage"]
+    if stage is OptState.READY:
+        scaler.unscale_(inner)

@@ -85,3 +85,166 @@ def test_lm_gradient_checkpointing_with_a_lora_lm():
     for name, grad in grads[0][1].items():
         torch.testing.assert_close(grad, grads[1][1][name], atol=1e-6, rtol=1e-5)
 
+
+
+# ----------------------------------------------------------------------------------------------- LM clipping
+TEXTS = [
+    "the protein increase in cancer cell study",
+    "vitamin and diet effect on heart risk",
+    "coffee tea and sleep study in patients",
+    "exercise and weight loss trial with fat",
+    "fish fat acid brain memory and sleep",
+    "blood sugar level in patients with diet",
+    "gene level in brain cell and memory",
+    "milk egg and meat diet for heart risk",
+    "fruit vegetable fiber and blood sugar",
+]
+
+
+def group_dataset(group_size: int = 3):
+    from datasets import Dataset
+
+    return Dataset.from_dict(
+        {
+            "query": [" ".join(t.split()[:3]) for t in TEXTS],
+            "passage": TEXTS,
+            "label": [i // group_size for i in range(len(TEXTS))],
+        }
+    )
+
+
+class GradProbe:
+    """A callback that copies a module's gradients in on_pre_optimizer_step (placed before or after the clipper)."""
+
+    def __new__(cls, module, store):
+        from transformers import TrainerCallback
+
+        class _Probe(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, **kwargs):
+                store.append({n: p.grad.detach().clone() for n, p in module.named_parameters() if p.grad is not None})
+                return control
+
+        return _Probe()
+
+
+def revela_trainer(model, loss, lm_tokenizer, out_dir, callbacks, **overrides):
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+    from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler
+
+    kwargs = dict(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=3,
+        batch_sampler=RevelaGroupBatchSampler,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    kwargs.update(overrides)
+    return SentenceTransformerTrainer(
+        model=model,
+        args=SentenceTransformerTrainingArguments(**kwargs),
+        train_dataset=group_dataset(),
+        loss=loss,
+        data_collator=RevelaDataCollator(preprocess_fn=model.preprocess, lm_tokenizer=lm_tokenizer, lm_max_length=12),
+        callbacks=callbacks,
+    )
+
+
+def grad_norm(grads: dict) -> float:
+    return float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()])))
+
+
+@pytest.mark.parametrize("loss_scaling", [False, True])
+def test_trainer_clips_the_lm_gradient_to_max_grad_norm(tmp_path, tiny_bert_dir, monkeypatch, loss_scaling):
+    """Trainer run, gradient accumulation 2: the accumulated LM gradient is clipped to max_grad_norm, once per step.
+
+    ``loss_scaling`` simulates fp16 training on the CPU: a GradScaler (scale 2**10) scales the loss in backward and
+    the Trainer unscales every optimizer gradient in its own clipping, so the LM must be clipped after that.
+    """
+    from conftest import build_tiny_st
+    from transformers import AutoTokenizer
+
+    from st_magnitude.losses.revela import RevelaLMGradClipCallback
+
+    lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+    model = build_tiny_st(tiny_bert_dir)
+    lm = build_tiny_llama(vocab_size=len(lm_tokenizer))
+    loss = RevelaLoss(model, lm, temperature=0.05)
+    before, after, retriever = [], [], []
+    clipper = RevelaLMGradClipCallback(loss)
+    max_norm = 0.05
+    trainer = revela_trainer(
+        model,
+        loss,
+        lm_tokenizer,
+        tmp_path / "run",
+        [GradProbe(lm, before), clipper, GradProbe(lm, after), GradProbe(model, retriever)],
+        max_grad_norm=max_norm,
+        gradient_accumulation_steps=2,
+        max_steps=1,
+    )
+    if loss_scaling:
+        from accelerate import Accelerator
+
+        monkeypatch.setattr(Accelerator, "mixed_precision", property(lambda self: "fp16"))
+        trainer.accelerator.native_amp = True
+        scaled = []
+
+        class CountingScaler(torch.amp.GradScaler):
+            def scale(self, outputs):
+                scaled.append(float(outputs.detach()))
+                return super().scale(outputs)
+
+        trainer.accelerator.scaler = CountingScaler("cpu", init_scale=2.0**10)
+    trainer.train()
+    if loss_scaling:
+        assert len(scaled) == 2  # both micro-batches went backward scaled
+    assert len(before) == len(after) == 1  # one optimizer step of two micro-batches
+    pre, post = before[0], after[0]
+    assert pre and set(pre) == set(post)
+    assert max_norm < grad_norm(pre) < 100  # unscaled: a scaled gradient would be ~1000x larger
+    assert grad_norm(post) == pytest.approx(max_norm, rel=1e-4)
+    coef = max_norm / grad_norm(pre)
+    for name, grad in pre.items():
+        torch.testing.assert_close(post[name], grad * coef, atol=1e-7, rtol=1e-4)
+    assert clipper.last_grad_norm == pytest.approx(grad_norm(pre), rel=1e-4)
+    assert trainer.state.log_history[0]["lm_grad_norm"] == pytest.approx(grad_norm(pre), rel=1e-3)
+    # the Trainer's own clip of the retriever is untouched (its pre-clip norm is the logged grad_norm)
+    assert trainer.state.log_history[0]["grad_norm"] > max_norm
+    assert grad_norm(retriever[0]) == pytest.approx(max_norm, rel=1e-4)
+
+
+def test_clip_callback_unscales_gradients_the_trainer_left_scaled(tiny_model):
+    """If nothing unscaled the GradScaler's gradients this step, the callback does so before measuring the norm."""
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from st_magnitude.losses.revela import RevelaLMGradClipCallback
+
+    lm = build_tiny_llama()
+    loss = RevelaLoss(tiny_model, lm, temperature=0.05)
+    ids, mask = lm_batch()
+    q = torch.randn(4, 8, generator=torch.Generator().manual_seed(4))
+    reference = loss.compute_loss_from_embeddings(q, q + 0.2, ids, mask)
+    reference.backward()
+    unscaled = {n: p.grad.clone() for n, p in lm.named_parameters()}
+    lm.zero_grad()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    Accelerator(cpu=True)  # the optimizer wrapper needs an initialised accelerate state
+    optimizer = AcceleratedOptimizer(torch.optim.SGD(lm.parameters(), lr=0.0), device_placement=False, scaler=scaler)
+    scaler.scale(loss.compute_loss_from_embeddings(q, q + 0.2, ids, mask)).backward()
+    args = TrainingArguments(output_dir="unused", report_to=[], max_grad_norm=1e9)
+    callback = RevelaLMGradClipCallback(loss)
+    callback.on_pre_optimizer_step(args, TrainerState(), TrainerControl(), optimizer=optimizer)
+    assert callback.last_grad_norm == pytest.approx(grad_norm(unscaled), rel=1e-5)
+    for name, p in lm.named_parameters():
+        torch.testing.assert_close(p.grad, unscaled[name], atol=1e-7, rtol=1e-5)
+    scaler.step(optimizer.optimizer)  # the scaler does not unscale a second time (it would raise or rescale)
+    scaler.update()
