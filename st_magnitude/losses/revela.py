@@ -35,11 +35,13 @@ _LM_META = "revela_lm.json"
 
 __all__ = [
     "LM_CHECKPOINT_DIR",
+    "RevelaDiagnosticsCallback",
     "RevelaLMCheckpointCallback",
     "RevelaLMGradClipCallback",
     "RevelaLoss",
     "ZeroRetrieverGradientWarning",
     "load_lm_weights",
+    "revela_callbacks",
     "save_lm_weights",
 ]
 
@@ -186,6 +188,11 @@ class RevelaLoss(nn.Module):
                 param.requires_grad_(False)
         self.last_sim: Tensor | None = None
         self.one_hot_steps = 0  # batches whose Sim was one-hot in every row (no retriever gradient)
+        # relevance diagnostics (see relevance_diagnostics / RevelaDiagnosticsCallback)
+        self.diagnose_next_batch = False
+        self.diagnostics_step: int | None = None
+        self.diagnostics: list[dict[str, float]] = []
+        self.diagnostics_generator = torch.Generator().manual_seed(0)
 
     # ------------------------------------------------------------------------------------------------- Sim
     def similarity_matrix(self, query_embeddings: Tensor, passage_embeddings: Tensor) -> Tensor:
@@ -287,9 +294,83 @@ class RevelaLoss(nn.Module):
                 stacklevel=2,
             )
         lm_device = next(self.lm.parameters()).device
-        return self.lm_loss(
-            lm_input_ids.to(lm_device), lm_attention_mask.to(lm_device), sim.to(lm_device) if self.in_batch else None
-        )
+        lm_input_ids, lm_attention_mask = lm_input_ids.to(lm_device), lm_attention_mask.to(lm_device)
+        value = self.lm_loss(lm_input_ids, lm_attention_mask, sim.to(lm_device) if self.in_batch else None)
+        if self.diagnose_next_batch:
+            self.diagnose_next_batch = False
+            record = self.relevance_diagnostics(sim.detach().to(lm_device), lm_input_ids, lm_attention_mask)
+            record["step"] = self.diagnostics_step
+            self.diagnostics.append(record)
+            logger.info("Revela diagnostics: %s", record)
+        return value
+
+    # ------------------------------------------------------------------------------------------------- diagnostics
+    def shuffled_sim(self, sim: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Sim with the off-diagonal entries of each row permuted at random (the diagonal stays 0).
+
+        Every row keeps its weights (row sum 1, same sharpness), but which chunk gets which weight is random: the
+        control for "does the retriever's choice of chunks matter to the LM?".
+        """
+        generator = self.diagnostics_generator if generator is None else generator
+        bsz = sim.shape[0]
+        shuffled = torch.zeros_like(sim)
+        for i in range(bsz):
+            others = torch.tensor([j for j in range(bsz) if j != i], device=sim.device)
+            perm = torch.randperm(bsz - 1, generator=generator).to(sim.device)
+            shuffled[i, others] = sim[i, others[perm]]
+        return shuffled
+
+    @torch.no_grad()
+    def relevance_diagnostics(self, sim: Tensor, input_ids: Tensor, attention_mask: Tensor) -> dict[str, float]:
+        """LM cross-entropies that show whether relevance matters yet (issue 14, claim 004), without gradient.
+
+        On one batch, with the LM in eval mode (no dropout, so the three numbers differ only by their Sim):
+
+        * ``ce_revela``: next-token CE with the in-batch term weighted by ``sim`` (the training objective);
+        * ``ce_shuffled_sim``: the same with :meth:`shuffled_sim` (each row's weights given to random chunks);
+        * ``ce_plain_lm``: the plain causal LM, no in-batch term (pass 1's own logits).
+
+        ``ce_gap_shuffled = ce_revela − ce_shuffled_sim`` is negative once the retriever's choice of chunks helps
+        the LM; ``ce_gap_plain = ce_revela − ce_plain_lm`` is negative once the in-batch context helps at all.
+        ``sim_row_max`` is the mean row maximum of Sim (1 = one-hot). Costs three LM forwards without gradient.
+        """
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        was_training = self.lm.training
+        self.lm.eval()
+        try:
+            record = RevelaAttentionState(
+                mode="record", key_mask=attention_mask.bool(), v_norm=self.v_norm, eps=self.eps
+            )
+            ce_plain = self.lm(
+                input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: record}
+            ).loss
+
+            def in_batch_ce(weights: Tensor) -> Tensor:
+                state = RevelaAttentionState(
+                    mode="in_batch",
+                    sim=weights,
+                    key_mask=record.key_mask,
+                    v_norm=self.v_norm,
+                    eps=self.eps,
+                    kv=record.kv,
+                )
+                return self.lm(
+                    input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: state}
+                ).loss
+
+            ce_real = in_batch_ce(sim)
+            ce_shuffled = in_batch_ce(self.shuffled_sim(sim))
+        finally:
+            self.lm.train(was_training)
+        ce_real, ce_shuffled, ce_plain = float(ce_real), float(ce_shuffled), float(ce_plain)
+        return {
+            "ce_revela": ce_real,
+            "ce_shuffled_sim": ce_shuffled,
+            "ce_plain_lm": ce_plain,
+            "ce_gap_shuffled": ce_real - ce_shuffled,
+            "ce_gap_plain": ce_real - ce_plain,
+            "sim_row_max": float(sim.max(dim=1).values.mean()),
+        }
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
@@ -504,3 +585,59 @@ def _unscale_if_needed(optimizer) -> None:
     stage = scaler._per_optimizer_states[id(inner)]["stage"]
     if stage is OptState.READY:
         scaler.unscale_(inner)
+
+
+DIAGNOSTIC_KEYS = ("ce_revela", "ce_shuffled_sim", "ce_plain_lm", "ce_gap_shuffled", "ce_gap_plain", "sim_row_max")
+
+
+class RevelaDiagnosticsCallback(TrainerCallback):
+    """Every ``every`` optimizer steps, measure on that step's first batch whether relevance matters to the LM.
+
+    Sets ``loss.diagnose_next_batch`` at the start of steps 0, every, 2·every, …; the loss then runs
+    :meth:`RevelaLoss.relevance_diagnostics` (three LM forwards without gradient) on the batch it was given and
+    appends the result, with ``step``, to ``loss.diagnostics``. At each Trainer log the mean of the records since
+    the previous log is added to the log entry (``trainer.state.log_history``) as ``revela_<key>`` for
+    ``ce_gap_shuffled`` (CE(real Sim) − CE(shuffled Sim)), ``ce_gap_plain`` (CE(Revela) − CE(plain LM)),
+    ``ce_revela``, ``ce_shuffled_sim``, ``ce_plain_lm`` and ``sim_row_max``. Reporting integrations that log
+    before this callback runs (they are added to the Trainer first) do not see these keys; ``loss.diagnostics``
+    and the log history always have them.
+
+    Args:
+        loss: the :class:`RevelaLoss` being trained.
+        every: diagnose every this many optimizer steps (≥ 1).
+        seed: seeds the random permutations of the shuffled-Sim control.
+    """
+
+    def __init__(self, loss: RevelaLoss, every: int = 50, seed: int = 0) -> None:
+        if int(every) < 1:
+            raise ValueError(f"every must be >= 1; got {every}")
+        self.loss = loss
+        self.every = int(every)
+        self.loss.diagnostics_generator = torch.Generator().manual_seed(int(seed))
+        self._logged = 0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0:
+            self.loss.diagnose_next_batch = True
+            self.loss.diagnostics_step = state.global_step
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        new = self.loss.diagnostics[self._logged :]
+        if not new or logs is None or "loss" not in logs:
+            return control
+        self._logged = len(self.loss.diagnostics)
+        values = {f"revela_{key}": round(sum(r[key] for r in new) / len(new), 4) for key in DIAGNOSTIC_KEYS}
+        logs.update(values)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(values)
+        return control
+
+
+def revela_callbacks(loss: RevelaLoss, diagnostics_every: int = 0, seed: int = 0) -> list[TrainerCallback]:
+    """The callbacks a Trainer run of :class:`RevelaLoss` needs: LM checkpointing, LM gradient clipping and
+    (``diagnostics_every`` > 0) the relevance diagnostics every ``diagnostics_every`` optimizer steps."""
+    callbacks: list[TrainerCallback] = [RevelaLMCheckpointCallback(loss), RevelaLMGradClipCallback(loss)]
+    if diagnostics_every:
+        callbacks.append(RevelaDiagnosticsCallback(loss, every=diagnostics_every, seed=seed))
+    return callbacks

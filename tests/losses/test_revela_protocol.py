@@ -6,6 +6,8 @@ Tiny random Llama models built in code, CPU, fp32.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from test_revela_loss import build_tiny_llama, count_calls, lm_batch
@@ -248,3 +250,78 @@ def test_clip_callback_unscales_gradients_the_trainer_left_scaled(tiny_model):
         torch.testing.assert_close(p.grad, unscaled[name], atol=1e-7, rtol=1e-5)
     scaler.step(optimizer.optimizer)  # the scaler does not unscale a second time (it would raise or rescale)
     scaler.update()
+
+
+# ----------------------------------------------------------------------------------------------- diagnostics
+def test_shuffled_sim_permutes_each_row_off_the_diagonal():
+    from test_revela_loss import random_sim
+
+    loss = RevelaLoss(None, build_tiny_llama(), temperature=0.05)
+    sim = random_sim(6, seed=5)
+    shuffled = loss.shuffled_sim(sim, torch.Generator().manual_seed(0))
+    assert torch.all(torch.diagonal(shuffled) == 0)
+    torch.testing.assert_close(shuffled.sort(dim=1).values, sim.sort(dim=1).values)
+    assert not torch.equal(shuffled, sim)
+    again = loss.shuffled_sim(sim, torch.Generator().manual_seed(0))
+    assert torch.equal(again, shuffled)  # seeded
+
+
+def test_relevance_diagnostics_match_independent_forwards():
+    from test_revela_loss import random_sim, revela_logits
+
+    lm = build_tiny_llama().train()
+    plain = copy.deepcopy(lm).eval()  # stock SDPA
+    loss = RevelaLoss(None, lm, temperature=0.05)
+    ids, mask = lm_batch()
+    sim = random_sim(4, seed=2)
+    loss.diagnostics_generator = torch.Generator().manual_seed(7)
+    got = loss.relevance_diagnostics(sim, ids, mask)
+    assert lm.training  # restored
+
+    labels = ids.masked_fill(mask == 0, -100)
+
+    def ce(logits):
+        return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)))
+
+    shuffled = loss.shuffled_sim(sim, torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        lm.eval()
+        expected = {
+            "ce_plain_lm": ce(plain(input_ids=ids, attention_mask=mask).logits),
+            "ce_revela": ce(revela_logits(lm, ids, mask, sim)),
+            "ce_shuffled_sim": ce(revela_logits(lm, ids, mask, shuffled)),
+        }
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-5), key
+    assert got["ce_gap_shuffled"] == pytest.approx(expected["ce_revela"] - expected["ce_shuffled_sim"], abs=1e-5)
+    assert got["ce_gap_plain"] == pytest.approx(expected["ce_revela"] - expected["ce_plain_lm"], abs=1e-5)
+    assert got["ce_gap_shuffled"] != 0 and got["sim_row_max"] == pytest.approx(float(sim.max(1).values.mean()))
+
+
+def test_diagnostics_callback_logs_gaps_and_leaves_training_unchanged(tmp_path, tiny_bert_dir):
+    from conftest import build_tiny_st
+    from transformers import AutoTokenizer
+
+    from st_magnitude.losses.revela import RevelaDiagnosticsCallback, revela_callbacks
+
+    lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+    runs = {}
+    for every in (0, 2):
+        model = build_tiny_st(tiny_bert_dir)
+        lm = build_tiny_llama(vocab_size=len(lm_tokenizer))
+        loss = RevelaLoss(model, lm, temperature=0.05)
+        callbacks = revela_callbacks(loss, diagnostics_every=every)
+        assert any(isinstance(c, RevelaDiagnosticsCallback) for c in callbacks) == bool(every)
+        trainer = revela_trainer(model, loss, lm_tokenizer, tmp_path / f"run{every}", callbacks, max_steps=3)
+        trainer.train()
+        runs[every] = (trainer.state.log_history, loss.diagnostics, [p.detach().clone() for p in loss.parameters()])
+    history, records, params = runs[2]
+    assert [r["step"] for r in records] == [0, 2]
+    logged = [h for h in history if "revela_ce_gap_shuffled" in h]
+    assert [h["step"] for h in logged] == [1, 3]  # the record of step 0 goes out with the log after step 1
+    assert logged[0]["revela_ce_gap_plain"] == pytest.approx(records[0]["ce_gap_plain"], abs=1e-4)
+    assert runs[0][1] == [] and not any("revela_ce_gap_plain" in h for h in runs[0][0])
+    for with_diag, without in zip(params, runs[0][2], strict=True):  # no_grad, eval mode, own generator
+        torch.testing.assert_close(with_diag, without)
+    with pytest.raises(ValueError, match="every"):
+        RevelaDiagnosticsCallback(RevelaLoss(None, build_tiny_llama()), every=0)
