@@ -134,7 +134,9 @@ def test_random_grouping_is_a_seeded_shuffle_of_all_chunks():
     chunks = [c for text in _as_texts(corpus) for c in chunk_text(text, 12) if len(c.split()) >= 3]
     assert len(ds) == len(chunks) // 3 * 3 and Counter(ds["passage"]) <= Counter(chunks)
     assert set(Counter(ds["label"]).values()) == {3} and ds["label"] == sorted(ds["label"])
-    mixed = [len({topic_of(p) for p, g in zip(ds["passage"], ds["label"]) if g == gid}) > 1 for gid in set(ds["label"])]
+    mixed = [
+        len({topic_of(p) for p, g in zip(ds["passage"], ds["label"]) if g == gid}) > 1 for gid in set(ds["label"])
+    ]
     assert sum(mixed) > len(mixed) / 2  # unlike BM25 groups (test above), most random groups mix topics
     again = build_revela_dataset(corpus, grouping="random", seed=3, **kwargs)
     assert again["passage"] == ds["passage"]

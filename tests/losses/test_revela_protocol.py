@@ -34,9 +34,7 @@ def test_lm_gradient_checkpointing_gives_the_same_gradients(monkeypatch, checkpo
         if checkpointing:
             lm.gradient_checkpointing_enable()
             assert all(layer.gradient_checkpointing for layer in lm.model.layers)
-        loss = RevelaLoss(
-            None, lm, temperature=0.05, cache_grad=cache_grad, checkpoint_in_batch=checkpoint_in_batch
-        )
+        loss = RevelaLoss(None, lm, temperature=0.05, cache_grad=cache_grad, checkpoint_in_batch=checkpoint_in_batch)
         q = torch.randn(4, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
         value = loss.compute_loss_from_embeddings(q, q.detach() * 0.5 + 0.2, ids, mask)
         value.backward()
@@ -86,7 +84,6 @@ def test_lm_gradient_checkpointing_with_a_lora_lm():
     assert grads[0][1] and all(float(g.abs().sum()) > 0 for g in grads[0][1].values())
     for name, grad in grads[0][1].items():
         torch.testing.assert_close(grad, grads[1][1][name], atol=1e-6, rtol=1e-5)
-
 
 
 # ----------------------------------------------------------------------------------------------- LM clipping
@@ -281,7 +278,9 @@ def test_relevance_diagnostics_match_independent_forwards():
     labels = ids.masked_fill(mask == 0, -100)
 
     def ce(logits):
-        return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)))
+        return float(
+            torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+        )
 
     shuffled = loss.shuffled_sim(sim, torch.Generator().manual_seed(7))
     with torch.no_grad():
@@ -325,3 +324,108 @@ def test_diagnostics_callback_logs_gaps_and_leaves_training_unchanged(tmp_path, 
         torch.testing.assert_close(with_diag, without)
     with pytest.raises(ValueError, match="every"):
         RevelaDiagnosticsCallback(RevelaLoss(None, build_tiny_llama()), every=0)
+
+
+# ----------------------------------------------------------------------------------------------- decoder retriever
+def build_tiny_decoder_dir(path, seed: int = 0):
+    """A random tiny Llama backbone and a word-level tokenizer that adds BOS but not EOS (like Llama's)."""
+    from conftest import WORDS
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import LlamaConfig, LlamaModel, PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>"]
+    vocab = {tok: i for i, tok in enumerate(specials + sorted(set(WORDS) | {"query", "passage", ":"}))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    LlamaModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_decoder_dir(tmp_path_factory):
+    return build_tiny_decoder_dir(tmp_path_factory.mktemp("tiny_decoder"))
+
+
+def test_decoder_retriever_pools_the_normalized_eos_state(tiny_decoder_dir):
+    """Independent reference: the backbone's last hidden state at the appended EOS, L2-normalized."""
+    from transformers import AutoModel
+
+    from st_magnitude.losses.revela import REVELA_PROMPTS, build_decoder_retriever
+
+    model = build_decoder_retriever(str(tiny_decoder_dir), max_seq_length=8, device="cpu")
+    assert {k: model.prompts[k] for k in REVELA_PROMPTS} == REVELA_PROMPTS
+    tok = model[0].tokenizer
+    texts = ["protein cell", "the heart risk and diet study of patients in a long trial"]  # the second is cut
+    ids = [tok(t, truncation=True, max_length=8)["input_ids"] for t in texts]
+    assert all(row[0] == tok.bos_token_id and row[-1] == tok.eos_token_id for row in ids)
+    assert len(ids[1]) == 8  # truncated to max_seq_length, EOS kept
+    backbone = AutoModel.from_pretrained(str(tiny_decoder_dir)).eval()
+    expected = []
+    with torch.no_grad():
+        for row in ids:  # one text at a time: no padding in the reference
+            hidden = backbone(input_ids=torch.tensor([row])).last_hidden_state[0, -1]
+            expected.append(torch.nn.functional.normalize(hidden, dim=-1))
+    got = model.encode(texts, convert_to_tensor=True)
+    torch.testing.assert_close(got, torch.stack(expected), atol=1e-5, rtol=1e-4)
+    prompted = model.encode(["protein cell"], prompt_name="query", convert_to_tensor=True)
+    assert not torch.allclose(prompted, got[:1])  # "query: " is prepended
+
+
+def test_revela_trains_lora_on_a_decoder_retriever_and_a_lora_lm(tmp_path, tiny_decoder_dir):
+    """The paper's setup at toy size: decoder retriever (EOS pooling, prompts) + LoRA on both models, LM gradient
+    checkpointing, LM clipping and diagnostics, through the Trainer. Only the adapters change."""
+    pytest.importorskip("peft", reason="optional extra: pip install peft")
+    import peft
+    from transformers import AutoTokenizer
+
+    from st_magnitude.losses.revela import (
+        REVELA_PROMPTS,
+        build_decoder_retriever,
+        revela_callbacks,
+        revela_lora_config,
+    )
+
+    retriever = build_decoder_retriever(
+        str(tiny_decoder_dir), max_seq_length=16, lora=revela_lora_config("FEATURE_EXTRACTION", r=4), device="cpu"
+    )
+    lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_decoder_dir))
+    lm = peft.get_peft_model(build_tiny_llama(vocab_size=len(lm_tokenizer)), revela_lora_config(r=4))
+    lm.gradient_checkpointing_enable()
+    with torch.no_grad():  # non-zero LoRA B so that both factors move from step 1
+        for name, p in list(lm.named_parameters()) + list(retriever.named_parameters()):
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    loss = RevelaLoss(retriever, lm, temperature=0.05)
+    start = {n: p.detach().clone() for n, p in loss.named_parameters()}
+    trainer = revela_trainer(
+        retriever,
+        loss,
+        lm_tokenizer,
+        tmp_path / "run",
+        revela_callbacks(loss, diagnostics_every=1),
+        max_steps=2,
+        prompts=REVELA_PROMPTS,
+        max_grad_norm=1.0,
+    )
+    trainer.data_collator.prompts = REVELA_PROMPTS
+    trainer.train()
+    changed = {n for n, p in loss.named_parameters() if not torch.equal(p.detach(), start[n])}
+    assert changed and all("lora_" in n for n in changed)
+    assert any(n.startswith("model.") for n in changed) and any(n.startswith("lm.") for n in changed)
+    assert [r["step"] for r in loss.diagnostics] == [0, 1]
+    assert all("lm_grad_norm" in h for h in trainer.state.log_history if "loss" in h)
