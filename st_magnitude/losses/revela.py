@@ -36,8 +36,9 @@ _LM_META = "revela_lm.json"
 #: LoRA target modules of the official code, on both the retriever and the LM (digest 004 §1.4).
 REVELA_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-#: Prefixes of the official code's retriever inputs (digest 004 §2).
-REVELA_PROMPTS = {"query": "query: ", "passage": "passage: "}
+#: Prefixes of the official code's retriever inputs (digest 004 §2), per dataset column (``query``, ``passage``);
+#: ``document`` is the name ``SentenceTransformer.encode_document`` looks up first.
+REVELA_PROMPTS = {"query": "query: ", "passage": "passage: ", "document": "passage: "}
 
 __all__ = [
     "LM_CHECKPOINT_DIR",
@@ -712,7 +713,8 @@ def build_decoder_retriever(
     text; truncation keeps the EOS, so ``max_seq_length = 157`` is the official 156 tokens + EOS. ``model.prompts``
     is set to ``prompts`` (default :data:`REVELA_PROMPTS`); pass the same dict as ``prompts=`` to the training
     arguments and :class:`~st_magnitude.revela_data.RevelaDataCollator` (columns ``query``/``passage``) and use
-    ``query_prompt_name="query"``, ``corpus_prompt_name="passage"`` when evaluating.
+    ``encode_query`` / ``encode_document`` (or ``query_prompt_name="query"``, ``corpus_prompt_name="passage"``)
+    when evaluating.
 
     Args:
         model_name_or_path: a decoder checkpoint (``AutoModel`` loads its backbone, without the LM head).

@@ -382,8 +382,10 @@ def test_decoder_retriever_pools_the_normalized_eos_state(tiny_decoder_dir):
             expected.append(torch.nn.functional.normalize(hidden, dim=-1))
     got = model.encode(texts, convert_to_tensor=True)
     torch.testing.assert_close(got, torch.stack(expected), atol=1e-5, rtol=1e-4)
-    prompted = model.encode(["protein cell"], prompt_name="query", convert_to_tensor=True)
-    assert not torch.allclose(prompted, got[:1])  # "query: " is prepended
+    for encode, prompt in ((model.encode_query, "query: "), (model.encode_document, "passage: ")):
+        prompted = encode(["protein cell"], convert_to_tensor=True)
+        torch.testing.assert_close(prompted, model.encode([prompt + "protein cell"], convert_to_tensor=True))
+        assert not torch.allclose(prompted, got[:1])
 
 
 def test_revela_trains_lora_on_a_decoder_retriever_and_a_lora_lm(tmp_path, tiny_decoder_dir):
