@@ -450,8 +450,8 @@ def _check_lm_checkpointing(lm: nn.Module) -> None:
             raise ValueError(
                 "RevelaLoss needs non-reentrant gradient checkpointing of the LM: Sim and pass 1's keys/values reach "
                 "the decoder layers through a keyword argument, which reentrant checkpointing does not track (the "
-                "retriever would get no gradient). Call lm.gradient_checkpointing_enable() without "
-                "gradient_checkpointing_kwargs, or with {'use_reentrant': False}"
+                "retriever would get no gradient). Call lm.activation_checkpointing_enable() (or the older "
+                "gradient_checkpointing_enable()) without kwargs, or with {'use_reentrant': False}"
             )
 
 

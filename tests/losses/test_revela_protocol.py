@@ -32,7 +32,7 @@ def test_lm_gradient_checkpointing_gives_the_same_gradients(monkeypatch, checkpo
         calls.clear()
         lm = build_tiny_llama().train()  # checkpointing is active in training mode only
         if checkpointing:
-            lm.gradient_checkpointing_enable()
+            lm.activation_checkpointing_enable()  # transformers 5.23's name; gradient_checkpointing_enable: LoRA test
             assert all(layer.gradient_checkpointing for layer in lm.model.layers)
         loss = RevelaLoss(None, lm, temperature=0.05, cache_grad=cache_grad, checkpoint_in_batch=checkpoint_in_batch)
         q = torch.randn(4, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
@@ -52,7 +52,7 @@ def test_lm_gradient_checkpointing_gives_the_same_gradients(monkeypatch, checkpo
 def test_reentrant_lm_checkpointing_is_rejected():
     """Reentrant checkpointing tracks only positional tensors: Sim (a keyword) would silently get no gradient."""
     lm = build_tiny_llama().train()
-    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
     loss = RevelaLoss(None, lm, temperature=0.05)
     ids, mask = lm_batch()
     q = torch.randn(4, 8, requires_grad=True)
@@ -75,7 +75,8 @@ def test_lm_gradient_checkpointing_with_a_lora_lm():
                     p.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
         lm.train()
         if checkpointing:
-            lm.gradient_checkpointing_enable()
+            with pytest.warns(FutureWarning):  # the deprecated alias, through the peft wrapper
+                lm.gradient_checkpointing_enable()
         loss = RevelaLoss(None, lm, temperature=0.05)
         q = torch.randn(4, 8, generator=torch.Generator().manual_seed(2), requires_grad=True)
         loss.compute_loss_from_embeddings(q, q.detach() + 0.3, ids, mask).backward()
@@ -407,7 +408,7 @@ def test_revela_trains_lora_on_a_decoder_retriever_and_a_lora_lm(tmp_path, tiny_
     )
     lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_decoder_dir))
     lm = peft.get_peft_model(build_tiny_llama(vocab_size=len(lm_tokenizer)), revela_lora_config(r=4))
-    lm.gradient_checkpointing_enable()
+    lm.activation_checkpointing_enable()
     with torch.no_grad():  # non-zero LoRA B so that both factors move from step 1
         for name, p in list(lm.named_parameters()) + list(retriever.named_parameters()):
             if "lora_B" in name:
