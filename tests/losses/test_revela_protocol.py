@@ -432,3 +432,21 @@ def test_revela_trains_lora_on_a_decoder_retriever_and_a_lora_lm(tmp_path, tiny_
     assert any(n.startswith("model.") for n in changed) and any(n.startswith("lm.") for n in changed)
     assert [r["step"] for r in loss.diagnostics] == [0, 1]
     assert all("lm_grad_norm" in h for h in trainer.state.log_history if "loss" in h)
+
+
+def test_bf16_lm_with_checkpointing_tracks_the_fp32_loss():
+    """A bf16 LM (what ``dtype=torch.bfloat16`` loading gives; the Trainer's bf16 flag autocasts only the retriever):
+    the loss and Sim's gradient stay close to fp32, with layer checkpointing on."""
+    ids, mask = lm_batch()
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        lm = build_tiny_llama().to(dtype).train()
+        lm.activation_checkpointing_enable()
+        q = torch.randn(4, 8, generator=torch.Generator().manual_seed(5), requires_grad=True)
+        value = RevelaLoss(None, lm, temperature=0.05).compute_loss_from_embeddings(q, q.detach() + 0.2, ids, mask)
+        value.backward()
+        out[dtype] = (float(value.detach()), q.grad.clone())
+    assert out[torch.bfloat16][0] == pytest.approx(out[torch.float32][0], rel=2e-2)
+    assert torch.isfinite(out[torch.bfloat16][1]).all()
+    low, full = out[torch.bfloat16][1].flatten(), out[torch.float32][1].flatten()
+    assert torch.nn.functional.cosine_similarity(low, full, dim=0) > 0.9
