@@ -297,6 +297,18 @@ def test_relevance_diagnostics_match_independent_forwards():
     assert got["ce_gap_plain"] == pytest.approx(expected["ce_revela"] - expected["ce_plain_lm"], abs=1e-5)
     assert got["ce_gap_shuffled"] != 0 and got["sim_row_max"] == pytest.approx(float(sim.max(1).values.mean()))
 
+    # shuffles=3: the mean CE over three successive permutations of the generator
+    loss.diagnostics_generator = torch.Generator().manual_seed(7)
+    three = loss.relevance_diagnostics(sim, ids, mask, shuffles=3)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        lm.eval()
+        mean = sum(ce(revela_logits(lm, ids, mask, loss.shuffled_sim(sim, g))) for _ in range(3)) / 3
+    assert three["ce_shuffled_sim"] == pytest.approx(mean, rel=1e-5)
+    assert three["ce_revela"] == pytest.approx(got["ce_revela"], rel=1e-6)
+    with pytest.raises(ValueError, match="shuffles"):
+        loss.relevance_diagnostics(sim, ids, mask, shuffles=0)
+
 
 def test_diagnostics_callback_logs_gaps_and_leaves_training_unchanged(tmp_path, tiny_bert_dir):
     from conftest import build_tiny_st
