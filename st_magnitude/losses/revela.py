@@ -33,12 +33,26 @@ LM_CHECKPOINT_DIR = "revela_lm"
 _LM_WEIGHTS = "trainable.safetensors"
 _LM_META = "revela_lm.json"
 
+#: LoRA target modules of the official code, on both the retriever and the LM (digest 004 §1.4).
+REVELA_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+#: Prefixes of the official code's retriever inputs (digest 004 §2), per dataset column (``query``, ``passage``);
+#: ``document`` is the name ``SentenceTransformer.encode_document`` looks up first.
+REVELA_PROMPTS = {"query": "query: ", "passage": "passage: ", "document": "passage: "}
+
 __all__ = [
     "LM_CHECKPOINT_DIR",
+    "REVELA_LORA_TARGETS",
+    "REVELA_PROMPTS",
+    "RevelaDiagnosticsCallback",
     "RevelaLMCheckpointCallback",
+    "RevelaLMGradClipCallback",
     "RevelaLoss",
     "ZeroRetrieverGradientWarning",
+    "build_decoder_retriever",
     "load_lm_weights",
+    "revela_lora_config",
+    "revela_callbacks",
     "save_lm_weights",
 ]
 
@@ -185,6 +199,12 @@ class RevelaLoss(nn.Module):
                 param.requires_grad_(False)
         self.last_sim: Tensor | None = None
         self.one_hot_steps = 0  # batches whose Sim was one-hot in every row (no retriever gradient)
+        # relevance diagnostics (see relevance_diagnostics / RevelaDiagnosticsCallback)
+        self.diagnose_next_batch = False
+        self.diagnostics_step: int | None = None
+        self.diagnostics: list[dict[str, float]] = []
+        self.diagnostics_generator = torch.Generator().manual_seed(0)
+        self.diagnostics_shuffles = 1
 
     # ------------------------------------------------------------------------------------------------- Sim
     def similarity_matrix(self, query_embeddings: Tensor, passage_embeddings: Tensor) -> Tensor:
@@ -215,7 +235,11 @@ class RevelaLoss(nn.Module):
             return self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         if bool((attention_mask.sum(dim=1) == 0).any()):
             raise ValueError("every chunk must have at least one non-padding LM token")
-        state = RevelaAttentionState(
+        _check_lm_checkpointing(self.lm)
+        # Two state objects, one per pass: with gradient checkpointing of the LM's decoder layers the layers of BOTH
+        # passes are re-run in backward with the keyword arguments of their forward. A single mutable state would
+        # then replay pass 1 in "in_batch" mode (a different graph, so torch's recompute check fails).
+        record_state = RevelaAttentionState(
             mode="record",
             key_mask=attention_mask.bool(),
             v_norm=self.v_norm,
@@ -226,14 +250,25 @@ class RevelaLoss(nn.Module):
         grad_ctx = torch.enable_grad() if record_grad else torch.no_grad()
         with grad_ctx:
             # pass 1 (e-stream): only the K/V matter, so only one position goes through the LM head
-            self.lm(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, **{STATE_KWARG: state})
-        if len(state.kv) == 0:
+            self.lm(
+                input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, **{STATE_KWARG: record_state}
+            )
+        if len(record_state.kv) == 0:
             raise RuntimeError(
                 f"the LM's attention did not go through {REVELA_ATTENTION!r}; is config._attn_implementation set?"
             )
-        state.mode = "in_batch"
-        state.sim = sim
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: state})
+        in_batch_state = RevelaAttentionState(
+            mode="in_batch",
+            sim=sim,
+            key_mask=record_state.key_mask,
+            v_norm=self.v_norm,
+            eps=self.eps,
+            checkpoint=self.checkpoint_in_batch,
+            kv=dict(record_state.kv),  # a copy: a replayed pass 1 must not touch what pass 2 reads
+        )
+        out = self.lm(
+            input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: in_batch_state}
+        )
         return out.loss
 
     def compute_loss_from_embeddings(
@@ -271,9 +306,92 @@ class RevelaLoss(nn.Module):
                 stacklevel=2,
             )
         lm_device = next(self.lm.parameters()).device
-        return self.lm_loss(
-            lm_input_ids.to(lm_device), lm_attention_mask.to(lm_device), sim.to(lm_device) if self.in_batch else None
-        )
+        lm_input_ids, lm_attention_mask = lm_input_ids.to(lm_device), lm_attention_mask.to(lm_device)
+        value = self.lm_loss(lm_input_ids, lm_attention_mask, sim.to(lm_device) if self.in_batch else None)
+        if self.diagnose_next_batch:
+            self.diagnose_next_batch = False
+            record = self.relevance_diagnostics(
+                sim.detach().to(lm_device), lm_input_ids, lm_attention_mask, shuffles=self.diagnostics_shuffles
+            )
+            record["step"] = self.diagnostics_step
+            self.diagnostics.append(record)
+            logger.info("Revela diagnostics: %s", record)
+        return value
+
+    # ------------------------------------------------------------------------------------------------- diagnostics
+    def shuffled_sim(self, sim: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Sim with the off-diagonal entries of each row permuted at random (the diagonal stays 0).
+
+        Every row keeps its weights (row sum 1, same sharpness), but which chunk gets which weight is random: the
+        control for "does the retriever's choice of chunks matter to the LM?".
+        """
+        generator = self.diagnostics_generator if generator is None else generator
+        bsz = sim.shape[0]
+        shuffled = torch.zeros_like(sim)
+        for i in range(bsz):
+            others = torch.tensor([j for j in range(bsz) if j != i], device=sim.device)
+            perm = torch.randperm(bsz - 1, generator=generator).to(sim.device)
+            shuffled[i, others] = sim[i, others[perm]]
+        return shuffled
+
+    @torch.no_grad()
+    def relevance_diagnostics(
+        self, sim: Tensor, input_ids: Tensor, attention_mask: Tensor, shuffles: int = 1
+    ) -> dict[str, float]:
+        """LM cross-entropies that show whether relevance matters yet (issue 14, claim 004), without gradient.
+
+        On one batch, with the LM in eval mode (no dropout, so the three numbers differ only by their Sim):
+
+        * ``ce_revela``: next-token CE with the in-batch term weighted by ``sim`` (the training objective);
+        * ``ce_shuffled_sim``: the same with :meth:`shuffled_sim` (each row's weights given to random chunks),
+          averaged over ``shuffles`` independent permutations (one permutation is noisy: on SciFact groups of 8
+          with a raw SmolLM2 retriever the gap of single permutations ranged over ±0.4 nats);
+        * ``ce_plain_lm``: the plain causal LM, no in-batch term (pass 1's own logits).
+
+        ``ce_gap_shuffled = ce_revela − ce_shuffled_sim`` is negative once the retriever's choice of chunks helps
+        the LM; ``ce_gap_plain = ce_revela − ce_plain_lm`` is negative once the in-batch context helps at all.
+        ``sim_row_max`` is the mean row maximum of Sim (1 = one-hot). Costs 2 + ``shuffles`` LM forwards without
+        gradient.
+        """
+        if int(shuffles) < 1:
+            raise ValueError(f"shuffles must be >= 1; got {shuffles}")
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        was_training = self.lm.training
+        self.lm.eval()
+        try:
+            record = RevelaAttentionState(
+                mode="record", key_mask=attention_mask.bool(), v_norm=self.v_norm, eps=self.eps
+            )
+            ce_plain = self.lm(
+                input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: record}
+            ).loss
+
+            def in_batch_ce(weights: Tensor) -> Tensor:
+                state = RevelaAttentionState(
+                    mode="in_batch",
+                    sim=weights,
+                    key_mask=record.key_mask,
+                    v_norm=self.v_norm,
+                    eps=self.eps,
+                    kv=record.kv,
+                )
+                return self.lm(
+                    input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: state}
+                ).loss
+
+            ce_real = in_batch_ce(sim)
+            ce_shuffled = sum(in_batch_ce(self.shuffled_sim(sim)) for _ in range(int(shuffles))) / int(shuffles)
+        finally:
+            self.lm.train(was_training)
+        ce_real, ce_shuffled, ce_plain = float(ce_real), float(ce_shuffled), float(ce_plain)
+        return {
+            "ce_revela": ce_real,
+            "ce_shuffled_sim": ce_shuffled,
+            "ce_plain_lm": ce_plain,
+            "ce_gap_shuffled": ce_real - ce_shuffled,
+            "ce_gap_plain": ce_real - ce_plain,
+            "sim_row_max": float(sim.max(dim=1).values.mean()),
+        }
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
@@ -325,6 +443,26 @@ class RevelaLoss(nn.Module):
     year={2025}
 }
 """
+
+
+def _check_lm_checkpointing(lm: nn.Module) -> None:
+    """Reject reentrant gradient checkpointing of the LM's layers (see :meth:`RevelaLoss.lm_loss`).
+
+    Reentrant checkpointing (``use_reentrant=True``) tracks gradients only through a layer's positional tensor
+    inputs. Sim and pass 1's keys/values reach each layer inside the ``revela_state`` keyword, so the retriever and
+    pass 1 would silently get no gradient. Non-reentrant checkpointing (transformers' default) tracks every tensor.
+    """
+    for module in lm.modules():
+        if not getattr(module, "gradient_checkpointing", False):
+            continue
+        func = getattr(module, "_gradient_checkpointing_func", None)
+        if getattr(func, "keywords", {}).get("use_reentrant", False):
+            raise ValueError(
+                "RevelaLoss needs non-reentrant gradient checkpointing of the LM: Sim and pass 1's keys/values reach "
+                "the decoder layers through a keyword argument, which reentrant checkpointing does not track (the "
+                "retriever would get no gradient). Call lm.activation_checkpointing_enable() (or the older "
+                "gradient_checkpointing_enable()) without kwargs, or with {'use_reentrant': False}"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------- checkpoints
@@ -403,3 +541,223 @@ class RevelaLMCheckpointCallback(TrainerCallback):
         load_lm_weights(self.loss.lm, folder)
         logger.info("restored the Revela LM from %s", folder)
         return control
+
+
+class RevelaLMGradClipCallback(TrainerCallback):
+    """Clips the gradient of ``loss.lm`` to the Trainer's ``max_grad_norm`` before every optimizer step.
+
+    The Trainer clips only the retriever (``model.parameters()``); the LM lives in the loss, so its parameters are
+    in the optimizer (``SentenceTransformerTrainer`` builds it from ``loss.named_parameters()``) but were never
+    clipped. This callback clips them in ``on_pre_optimizer_step``:
+
+    * gradient accumulation: that event fires once per optimizer step, after the last micro-batch, so the
+      accumulated gradient is clipped, once;
+    * fp16 (GradScaler): the Trainer's own clipping unscales the gradients of *every* parameter of the optimizer
+      (the LM's included) before that event; if the optimizer still holds scaled gradients (``max_grad_norm``
+      clipping bypassed), the callback unscales them first. Scaler steps with inf/NaN are skipped by the scaler;
+    * bf16 / fp32: no scaling, nothing to undo.
+
+    The LM's norm is its own: the retriever is clipped to ``max_grad_norm`` by the Trainer and the LM to
+    ``max_grad_norm`` here (the official code clips one joint norm over both LoRA sets; a callback cannot, because
+    the Trainer has clipped the retriever before any callback runs). ``max_grad_norm`` ≤ 0 disables both.
+    The pre-clip LM norm of the last step is in ``last_grad_norm`` and is logged as ``lm_grad_norm``.
+    """
+
+    def __init__(self, loss: RevelaLoss) -> None:
+        self.loss = loss
+        self.last_grad_norm: float | None = None
+        self._norms: list[float] = []
+
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        max_norm = getattr(args, "max_grad_norm", None)
+        if max_norm is None or max_norm <= 0:
+            return control
+        params = [p for p in self.loss.lm.parameters() if p.requires_grad and p.grad is not None]
+        if not params:
+            return control
+        _unscale_if_needed(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(params, float(max_norm))
+        self.last_grad_norm = float(norm)
+        self._norms.append(self.last_grad_norm)
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self._norms and logs is not None and "loss" in logs:
+            value = round(sum(self._norms) / len(self._norms), 4)
+            logs["lm_grad_norm"] = value
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1]["lm_grad_norm"] = value
+            self._norms.clear()
+        return control
+
+
+def _unscale_if_needed(optimizer) -> None:
+    """Unscale the gradients of an accelerate-wrapped optimizer whose GradScaler has not unscaled them this step."""
+    scaler = getattr(optimizer, "scaler", None)
+    if scaler is None or not scaler.is_enabled():
+        return
+    from accelerate.optimizer import AcceleratedOptimizer
+    from torch.amp.grad_scaler import OptState
+
+    inner = optimizer
+    while isinstance(inner, AcceleratedOptimizer):
+        inner = inner.optimizer
+
+    stage = scaler._per_optimizer_states[id(inner)]["stage"]
+    if stage is OptState.READY:
+        scaler.unscale_(inner)
+
+
+DIAGNOSTIC_KEYS = ("ce_revela", "ce_shuffled_sim", "ce_plain_lm", "ce_gap_shuffled", "ce_gap_plain", "sim_row_max")
+
+
+class RevelaDiagnosticsCallback(TrainerCallback):
+    """Every ``every`` optimizer steps, measure on that step's first batch whether relevance matters to the LM.
+
+    Sets ``loss.diagnose_next_batch`` at the start of steps 0, every, 2·every, …; the loss then runs
+    :meth:`RevelaLoss.relevance_diagnostics` (three LM forwards without gradient) on the batch it was given and
+    appends the result, with ``step``, to ``loss.diagnostics``. At each Trainer log the mean of the records since
+    the previous log is added to the log entry (``trainer.state.log_history``) as ``revela_<key>`` for
+    ``ce_gap_shuffled`` (CE(real Sim) − CE(shuffled Sim)), ``ce_gap_plain`` (CE(Revela) − CE(plain LM)),
+    ``ce_revela``, ``ce_shuffled_sim``, ``ce_plain_lm`` and ``sim_row_max``. Reporting integrations that log
+    before this callback runs (they are added to the Trainer first) do not see these keys; ``loss.diagnostics``
+    and the log history always have them.
+
+    Args:
+        loss: the :class:`RevelaLoss` being trained.
+        every: diagnose every this many optimizer steps (≥ 1).
+        seed: seeds the random permutations of the shuffled-Sim control.
+        shuffles: permutations averaged in ``ce_shuffled_sim`` (each costs one LM forward without gradient).
+    """
+
+    def __init__(self, loss: RevelaLoss, every: int = 50, seed: int = 0, shuffles: int = 1) -> None:
+        if int(every) < 1:
+            raise ValueError(f"every must be >= 1; got {every}")
+        if int(shuffles) < 1:
+            raise ValueError(f"shuffles must be >= 1; got {shuffles}")
+        loss.diagnostics_shuffles = int(shuffles)
+        self.loss = loss
+        self.every = int(every)
+        self.loss.diagnostics_generator = torch.Generator().manual_seed(int(seed))
+        self._logged = 0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0:
+            self.loss.diagnose_next_batch = True
+            self.loss.diagnostics_step = state.global_step
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        new = self.loss.diagnostics[self._logged :]
+        if not new or logs is None or "loss" not in logs:
+            return control
+        self._logged = len(self.loss.diagnostics)
+        values = {f"revela_{key}": round(sum(r[key] for r in new) / len(new), 4) for key in DIAGNOSTIC_KEYS}
+        logs.update(values)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(values)
+        return control
+
+
+def revela_callbacks(
+    loss: RevelaLoss, diagnostics_every: int = 0, seed: int = 0, shuffles: int = 1
+) -> list[TrainerCallback]:
+    """The callbacks a Trainer run of :class:`RevelaLoss` needs: LM checkpointing, LM gradient clipping and
+    (``diagnostics_every`` > 0) the relevance diagnostics every ``diagnostics_every`` optimizer steps, averaging
+    ``shuffles`` permutations for the shuffled-Sim CE."""
+    callbacks: list[TrainerCallback] = [RevelaLMCheckpointCallback(loss), RevelaLMGradClipCallback(loss)]
+    if diagnostics_every:
+        callbacks.append(RevelaDiagnosticsCallback(loss, every=diagnostics_every, seed=seed, shuffles=shuffles))
+    return callbacks
+
+
+# ----------------------------------------------------------------------------------------------------- paper setup
+def revela_lora_config(
+    task_type: str = "CAUSAL_LM", r: int = 256, lora_alpha: int = 64, lora_dropout: float = 0.1, **kwargs: Any
+):
+    """A ``peft.LoraConfig`` with the official code's settings (digest 004 §1.4 and §4): rank 256, α 64,
+    dropout 0.1 on q, k, v, o, gate, up and down projections.
+
+    Use ``task_type="CAUSAL_LM"`` for the LM (``peft.get_peft_model(lm, revela_lora_config())``) and
+    ``"FEATURE_EXTRACTION"`` for a decoder retriever (``retriever.add_adapter(revela_lora_config(
+    "FEATURE_EXTRACTION"))``). Extra keyword arguments go to ``LoraConfig``.
+    """
+    from peft import LoraConfig
+
+    allowed = ("CAUSAL_LM", "FEATURE_EXTRACTION")
+    if task_type not in allowed:
+        raise ValueError(f"task_type must be one of {allowed}; got {task_type!r}")
+    kwargs.setdefault("target_modules", list(REVELA_LORA_TARGETS))
+    return LoraConfig(task_type=task_type, r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, **kwargs)
+
+
+def _append_eos(tokenizer) -> None:
+    """Make a fast tokenizer end every text with EOS (the official retriever input), truncation included."""
+    from tokenizers import processors
+
+    if tokenizer.eos_token is None:
+        raise ValueError("a decoder retriever needs a tokenizer with an EOS token (pooled at the last position)")
+    probe = tokenizer("a b")["input_ids"]
+    if probe and probe[-1] == tokenizer.eos_token_id:
+        return
+    backend = tokenizer.backend_tokenizer
+    eos = processors.TemplateProcessing(
+        single=f"$A {tokenizer.eos_token}",
+        pair=f"$A $B {tokenizer.eos_token}",
+        special_tokens=[(tokenizer.eos_token, tokenizer.eos_token_id)],
+    )
+    backend.post_processor = (
+        eos if backend.post_processor is None else processors.Sequence([backend.post_processor, eos])
+    )
+    probe = tokenizer("a b")["input_ids"]
+    if probe[-1] != tokenizer.eos_token_id:
+        raise ValueError(f"could not make the tokenizer append EOS ({tokenizer.eos_token!r}); got ids {probe}")
+
+
+def build_decoder_retriever(
+    model_name_or_path: str,
+    max_seq_length: int = 157,
+    lora: Any = None,
+    prompts: dict[str, str] | None = None,
+    model_kwargs: dict[str, Any] | None = None,
+    device: str | None = None,
+):
+    """A raw decoder as a Revela retriever, as in the paper (§3.3, digest 004 §2): the text (with a
+    ``"query: "``/``"passage: "`` prompt), EOS appended, the last hidden state at EOS, L2-normalized.
+
+    Builds ``SentenceTransformer([Transformer, Pooling("lasttoken"), Normalize])`` from a decoder checkpoint
+    (e.g. SmolLM2-135M). The tokenizer pads on the right with EOS when it has no pad token and appends EOS to every
+    text; truncation keeps the EOS, so ``max_seq_length = 157`` is the official 156 tokens + EOS. ``model.prompts``
+    is set to ``prompts`` (default :data:`REVELA_PROMPTS`); pass the same dict as ``prompts=`` to the training
+    arguments and :class:`~st_magnitude.revela_data.RevelaDataCollator` (columns ``query``/``passage``) and use
+    ``encode_query`` / ``encode_document`` (or ``query_prompt_name="query"``, ``corpus_prompt_name="passage"``)
+    when evaluating.
+
+    Args:
+        model_name_or_path: a decoder checkpoint (``AutoModel`` loads its backbone, without the LM head).
+        max_seq_length: retriever tokens including EOS (official 157).
+        lora: ``None`` (train all weights) or a ``peft`` config, e.g. ``revela_lora_config("FEATURE_EXTRACTION")``
+            (paper: LoRA r = 256); only the adapters are trained and saved.
+        prompts: the prompts per column; ``{}`` for none.
+        model_kwargs: passed to ``AutoModel.from_pretrained`` (e.g. ``{"torch_dtype": torch.bfloat16}``).
+        device: the model's device (default: ST's choice).
+    """
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    transformer = Transformer(model_name_or_path, max_seq_length=max_seq_length, model_kwargs=model_kwargs)
+    tokenizer = transformer.tokenizer
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    _append_eos(tokenizer)
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="lasttoken")
+    model = SentenceTransformer(
+        modules=[transformer, pooling, Normalize()],
+        prompts=dict(REVELA_PROMPTS if prompts is None else prompts),
+        device=device,
+    )
+    if lora is not None:
+        model.add_adapter(lora)
+    return model

@@ -229,7 +229,10 @@ def revela_attention_forward(
     if layer_idx is None:
         raise ValueError("Revela attention needs attention modules with a `layer_idx` attribute (Llama/Qwen2-style)")
     if state.mode == "record":
-        state.kv[layer_idx] = (key, value)
+        # Not when a checkpointed layer is replayed in backward (gradient checkpointing of the LM): the forward's
+        # tensors are the ones in the graph, and the replay's copies would only be kept alive until backward ends.
+        if torch._C._current_graph_task_id() == -1 or layer_idx not in state.kv:
+            state.kv[layer_idx] = (key, value)
         return out, weights
     if layer_idx not in state.kv:
         raise RuntimeError(f"no recorded pass-1 keys/values for layer {layer_idx}: run the 'record' pass first")

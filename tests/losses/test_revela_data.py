@@ -18,6 +18,7 @@ from st_magnitude.revela_data import (
     build_revela_dataset,
     chunk_text,
     first_half,
+    randomize_groups,
     split_sentences,
 )
 
@@ -120,9 +121,48 @@ def test_sequential_grouping_interleaves_a_window():
     assert first == {"A1 one.", "B1 one.", "A1 two."}  # d_11, d_21, d_12 (shuffled within the group)
 
 
+def topic_of(passage: str) -> str:
+    return next(t for t, text in TOPICS.items() if passage.split()[0] in text)
+
+
+def test_random_grouping_is_a_seeded_shuffle_of_all_chunks():
+    corpus = topic_corpus()
+    kwargs = dict(group_size=3, max_words=12, min_words=3)
+    ds = build_revela_dataset(corpus, grouping="random", seed=3, **kwargs)
+    from st_magnitude.revela_data import _as_texts
+
+    chunks = [c for text in _as_texts(corpus) for c in chunk_text(text, 12) if len(c.split()) >= 3]
+    assert len(ds) == len(chunks) // 3 * 3 and Counter(ds["passage"]) <= Counter(chunks)
+    assert set(Counter(ds["label"]).values()) == {3} and ds["label"] == sorted(ds["label"])
+    mixed = [
+        len({topic_of(p) for p, g in zip(ds["passage"], ds["label"]) if g == gid}) > 1 for gid in set(ds["label"])
+    ]
+    assert sum(mixed) > len(mixed) / 2  # unlike BM25 groups (test above), most random groups mix topics
+    again = build_revela_dataset(corpus, grouping="random", seed=3, **kwargs)
+    assert again["passage"] == ds["passage"]
+    assert build_revela_dataset(corpus, grouping="random", seed=4, **kwargs)["passage"] != ds["passage"]
+    assert len(build_revela_dataset(corpus, grouping="random", max_groups=2, **kwargs)) == 6
+
+
+def test_randomize_groups_keeps_the_chunks_and_group_sizes():
+    bm25 = build_revela_dataset(topic_corpus(), group_size=3, max_words=12, min_words=3, grouping="bm25", seed=1)
+    control = randomize_groups(bm25, seed=0)
+    assert sorted(zip(control["query"], control["passage"])) == sorted(zip(bm25["query"], bm25["passage"]))
+    assert Counter(control["label"]) == Counter(bm25["label"]) and control["label"] == sorted(control["label"])
+    groups = {g: {topic_of(p) for p, lab in zip(control["passage"], control["label"]) if lab == g} for g in range(6)}
+    assert any(len(topics) > 1 for topics in groups.values())  # BM25 groups were single-topic
+    assert randomize_groups(bm25, seed=0)["passage"] == control["passage"]
+    assert randomize_groups(bm25, seed=1)["passage"] != control["passage"]
+    assert len(list(RevelaGroupBatchSampler(control, batch_size=3))) == len(set(control["label"]))
+    with pytest.raises(ValueError, match="group-id column"):
+        randomize_groups(bm25.remove_columns("label"))
+    with pytest.raises(ValueError, match="same size"):
+        randomize_groups(bm25.select(range(len(bm25) - 1)))
+
+
 def test_build_rejects_bad_arguments():
     with pytest.raises(ValueError, match="grouping must be one of"):
-        build_revela_dataset(["a b c"], grouping="random")
+        build_revela_dataset(["a b c"], grouping="topic")
     with pytest.raises(ValueError, match="group_size must be >= 3"):
         build_revela_dataset(["a b c"], group_size=2)
     with pytest.raises(ValueError, match="no complete group"):
