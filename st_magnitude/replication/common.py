@@ -235,14 +235,21 @@ def train(
     evaluator=None,
     eval_steps: int | None = None,
     max_grad_norm: float = 1.0,
+    batch_sampler=None,
+    data_collator=None,
     **extra_args,
 ) -> dict[str, float]:
-    """Train with ``SentenceTransformerTrainer`` for ``steps`` steps; returns loss and wall time."""
+    """Train with ``SentenceTransformerTrainer`` for ``steps`` steps; returns loss and wall time.
+
+    ``data`` is a column dict or a ``datasets.Dataset``; ``batch_sampler`` overrides the default sampler choice.
+    """
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.base.sampler import BatchSamplers
 
-    dataset = Dataset.from_dict(data)
+    dataset = data if isinstance(data, Dataset) else Dataset.from_dict(data)
+    if batch_sampler is None:
+        batch_sampler = BatchSamplers.NO_DUPLICATES if no_duplicates else BatchSamplers.BATCH_SAMPLER
     with tempfile.TemporaryDirectory(dir=ctx.work_dir) as tmp:
         args = SentenceTransformerTrainingArguments(
             output_dir=tmp,
@@ -252,7 +259,7 @@ def train(
             warmup_steps=max(0, round(warmup_ratio * steps)),
             seed=ctx.seed,
             data_seed=ctx.seed,
-            batch_sampler=BatchSamplers.NO_DUPLICATES if no_duplicates else BatchSamplers.BATCH_SAMPLER,
+            batch_sampler=batch_sampler,
             router_mapping=router_mapping or {},
             learning_rate_mapping=learning_rate_mapping or {},
             save_strategy="no",
@@ -268,7 +275,13 @@ def train(
             **extra_args,
         )
         trainer = SentenceTransformerTrainer(
-            model=model, args=args, train_dataset=dataset, loss=loss, callbacks=callbacks, evaluator=evaluator
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            loss=loss,
+            callbacks=callbacks,
+            evaluator=evaluator,
+            data_collator=data_collator,
         )
         t0 = time.perf_counter()
         result = trainer.train()
@@ -305,18 +318,20 @@ def evaluate_retrieval(
     auc_negatives: int = 100,
     batch_size: int = 64,
     dual: bool = False,
+    embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """Metrics and per-query scores of ``model`` on ``es``.
 
     ``similarity=None`` scores with the model's own outputs and a dot product (a model converted by
     ``apply_similarity`` emits φ_γ per role, so this *is* its similarity; for a plain model pass its name).
     ``dual=True`` also scores the same embeddings with plain dot and cosine (the App. N.3 view).
+    ``embeddings``: precomputed ``(queries, documents)`` from :func:`st_magnitude.evaluation.encode_roles`.
     Returns ``{"metrics": {...}, "per_query": {metric: [score per query id]}, "auc_pools": {...}}``.
     """
     from st_magnitude import get_similarity
     from st_magnitude.evaluation import encode_roles, exact_search, pooled_auc_pools, pooled_auc_score
 
-    q, d = encode_roles(model, es.queries, es.docs, batch_size=batch_size)
+    q, d = embeddings if embeddings is not None else encode_roles(model, es.queries, es.docs, batch_size=batch_size)
     score_fn = get_similarity(similarity) if similarity else None
     results = exact_search(q, d, es.query_ids, es.doc_ids, top_k=100, score_fn=score_fn)
     pq = per_query_ndcg(es.qrels, results)
