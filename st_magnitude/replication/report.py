@@ -28,6 +28,14 @@ Verdicts: **reproduces** (the whole interval on the claimed side of the rule's t
 whole interval on the other side), **inconclusive** (the interval straddles it).
 
 Re-run a row with the command in its table; rebuild this page with `st-magnitude replicate --report`.
+Each run also writes a full JSON (per-seed, per-arm, per-query scores and pooled-AUC pools, so every interval can be
+recomputed) to `--out` (default `runs/replication/`); the small files under `docs/replication/results/` drop those
+arrays.
+
+The same statistics serve any two-arm comparison: collect, per seed, the per-query scores of both arms on the same
+queries and call `st_magnitude.replication.stats.compare_arms(per_seed_a, per_seed_b, metric=..., arm_a=...,
+arm_b=...)`; its `.ci` (95% interval), `.significant` and `.describe()` ("… within noise" when the interval contains
+0) are what a results table needs.
 """
 
 
@@ -125,17 +133,26 @@ def render_report(results_dir: str | os.PathLike) -> str:
 
 def _comparisons(rec: dict[str, Any]) -> list[str]:
     d = rec["decision"]
-    rows = []
+    rows, notes = [], []
     for part in d.get("parts", []):
-        c = part["comparison"]
-        rows.append((c, f"judged → {part['verdict']}"))
+        if "comparison" in part:
+            rows.append((part["comparison"], f"judged → {part['verdict']}"))
+        else:  # a judged part that is not an interval (e.g. a detector's flag count)
+            notes.append(
+                f"- judged → {part['verdict']}: {_cell(part.get('claim', ''))} ({_cell(part.get('reason', ''))})"
+            )
+    if d.get("note"):
+        notes.append(f"- note: {_cell(d['note'])}")
+    if "fit" in d:
+        notes.append(f"- fit: {_cell(d['fit']['formula'])}, R² {d['fit']['r2']:.3f}")
     judged = {(r[0]["metric"], r[0]["arm_a"], r[0]["arm_b"]) for r in rows}
     for c in list(d.get("comparisons", {}).values()) + list(d.get("informational", [])):
         if (c["metric"], c["arm_a"], c["arm_b"]) not in judged:
             rows.append((c, "reported"))
     if not rows:
-        return []
+        return [*notes, ""] if notes else []
     out = [
+        *([*notes, ""] if notes else []),
         "| comparison | a − b | 95% CI | per-seed differences | significant | role |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
