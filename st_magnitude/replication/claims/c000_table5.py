@@ -74,6 +74,8 @@ def run_seed(ctx: Context) -> dict:
         pred = (e1 * e2).sum(-1).numpy()
         metrics = {
             "spearman": spearman(pred, test["score"]),
+            # direction only (cosine of the same embeddings): separates a damaged encoder from a bad score
+            "spearman_cosine_eval": spearman(torch.cosine_similarity(e1, e2).numpy(), test["score"]),
             "norm_mean_s1": float(e1.norm(dim=-1).mean()),
             "norm_mean_s2": float(e2.norm(dim=-1).mean()),
             "steps": steps,
