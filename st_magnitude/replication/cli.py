@@ -39,6 +39,7 @@ def add_subcommands(sub) -> None:
     p.add_argument("--model", default=None, help="override the profile's base model (folder or alias)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile setting")
+    p.add_argument("--tag", default=None, help="name a variant run (kept beside the main result, not replacing it)")
     p.set_defaults(func=_run)
 
 
@@ -85,6 +86,7 @@ def _run(args: argparse.Namespace) -> int:
         model=args.model,
         command=command,
         overrides=overrides,
+        tag=args.tag,
     )
     print(f"{record['claim']} ({record['profile']}, {len(record['seeds'])} seeds, {record['wall_seconds']:.0f} s): ")
     print(f"  ours: {record['decision'].get('ours', '')}")

@@ -39,13 +39,22 @@ arm_b=...)`; its `.ci` (95% interval), `.significant` and `.describe()` ("… wi
 """
 
 
-def _load(results_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    out = {}
+def _load(results_dir: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """``{(claim, profile): [main result or None, tagged results...]}``."""
+    out: dict[tuple[str, str], list[dict[str, Any] | None]] = {}
     if results_dir.is_dir():
         for f in sorted(results_dir.glob("*.json")):
             rec = json.loads(f.read_text())
-            out[(rec["claim"], rec["profile"])] = rec
+            runs = out.setdefault((rec["claim"], rec["profile"]), [None])
+            if rec.get("tag"):
+                runs.append(rec)
+            else:
+                runs[0] = rec
     return out
+
+
+def _label(profile: str, rec: dict[str, Any] | None) -> str:
+    return f"{profile} ({rec['tag']})" if rec is not None and rec.get("tag") else profile
 
 
 def _fmt_seconds(s: float | None) -> str:
@@ -82,18 +91,8 @@ def render_report(results_dir: str | os.PathLike) -> str:
     claims = list_claims()
     for c in claims:
         for profile in PROFILES:
-            rec = results.get((c.id, profile))
-            if rec is None or rec.get("status") != "finished":
-                lines.append(
-                    f"| {c.id} | {profile} | {_cell(c.paper_number)} | {_not_run(c, profile)} | — | — | — | — |"
-                )
-                continue
-            d = rec["decision"]
-            lines.append(
-                f"| {c.id} | {profile} | {_cell(rec['paper_number'])} | {_cell(d.get('ours', ''))} | "
-                f"**{rec['verdict']}** | {len(rec['seeds'])} | {_fmt_seconds(rec.get('wall_seconds'))} | "
-                f"{_cell(_machine(rec['machine']))} |"
-            )
+            for rec in results.get((c.id, profile), [None]):
+                lines.append(_summary_row(c, profile, rec))
     lines.append("")
     for c in claims:
         lines += [f"## {c.id}: {c.title}", "", f"**Paper {c.paper}.** {c.statement}", ""]
@@ -104,31 +103,44 @@ def render_report(results_dir: str | os.PathLike) -> str:
         ]
         lines.append("")
         for profile in PROFILES:
-            rec = results.get((c.id, profile))
-            lines.append(f"### {profile} profile")
-            lines.append("")
-            budget = c.budget.get(profile)
-            if budget:
-                lines.append(f"Stated budget: {budget}.")
-                lines.append("")
-            lines.append("Setting differences from the paper:")
-            lines.append("")
-            lines += [f"- {_cell(x)}" for x in c.differences.get(profile, [])]
-            lines.append("")
-            if rec is None or rec.get("status") != "finished":
-                lines += [f"Result: {_not_run(c, profile)}.", ""]
-                continue
-            lines += [
-                f"Result: **{rec['verdict']}** — {_cell(rec['decision'].get('ours', ''))}",
-                "",
-                f"- command: `{rec['command']}`",
-                f"- machine: {_machine(rec['machine'])}; started {rec.get('started_utc')}; wall time "
-                f"{_fmt_seconds(rec.get('wall_seconds'))} for {len(rec['seeds'])} seeds",
-                "- settings: " + ", ".join(f"{k}={v}" for k, v in rec["settings"].items()),
-                "",
-            ]
-            lines += _comparisons(rec)
+            for i, rec in enumerate(results.get((c.id, profile), [None])):
+                if i > 0 and rec is None:
+                    continue
+                lines += _section(c, profile, rec)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _summary_row(c, profile: str, rec: dict[str, Any] | None) -> str:
+    if rec is None or rec.get("status") != "finished":
+        return f"| {c.id} | {profile} | {_cell(c.paper_number)} | {_not_run(c, profile)} | — | — | — | — |"
+    d = rec["decision"]
+    return (
+        f"| {c.id} | {_label(profile, rec)} | {_cell(rec['paper_number'])} | {_cell(d.get('ours', ''))} | "
+        f"**{rec['verdict']}** | {len(rec['seeds'])} | {_fmt_seconds(rec.get('wall_seconds'))} | "
+        f"{_cell(_machine(rec['machine']))} |"
+    )
+
+
+def _section(c, profile: str, rec: dict[str, Any] | None) -> list[str]:
+    lines = [f"### {_label(profile, rec)} profile", ""]
+    budget = c.budget.get(profile)
+    if budget:
+        lines += [f"Stated budget: {budget}.", ""]
+    lines += ["Setting differences from the paper:", ""]
+    lines += [f"- {_cell(x)}" for x in c.differences.get(profile, [])]
+    lines.append("")
+    if rec is None or rec.get("status") != "finished":
+        return [*lines, f"Result: {_not_run(c, profile)}.", ""]
+    lines += [
+        f"Result: **{rec['verdict']}** — {_cell(rec['decision'].get('ours', ''))}",
+        "",
+        f"- command: `{rec['command']}`",
+        f"- machine: {_machine(rec['machine'])}; started {rec.get('started_utc')}; wall time "
+        f"{_fmt_seconds(rec.get('wall_seconds'))} for {len(rec['seeds'])} seeds",
+        "- settings: " + ", ".join(f"{k}={v}" for k, v in rec["settings"].items()),
+        "",
+    ]
+    return lines + _comparisons(rec)
 
 
 def _comparisons(rec: dict[str, Any]) -> list[str]:

@@ -88,8 +88,15 @@ def run_claim(
     model: str | None = None,
     command: str | None = None,
     overrides: dict[str, Any] | None = None,
+    tag: str | None = None,
 ) -> dict[str, Any]:
-    """Run ``claim_id`` with ``profile`` for ``seeds`` seeds; returns the full record (also written to disk)."""
+    """Run ``claim_id`` with ``profile`` for ``seeds`` seeds; returns the full record (also written to disk).
+
+    ``tag`` names a variant run (e.g. a control with ``overrides``): its summary is ``<claim>-<profile>-<tag>.json``
+    and the report shows it as an extra row instead of replacing the main one.
+    """
+    if tag is not None and (not tag or not all(c.isalnum() or c in "-_." for c in tag)):
+        raise ValueError(f"tag must be a non-empty name of letters, digits, '-', '_' or '.', got {tag!r}")
     claim = get_claim(claim_id)
     settings = claim.settings(profile)
     for k, v in (overrides or {}).items():
@@ -106,7 +113,8 @@ def run_claim(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    full_path = out / f"{claim_id}-{profile}-{stamp}.json"
+    name = f"{claim_id}-{profile}" + (f"-{tag}" if tag else "")
+    full_path = out / f"{name}-{stamp}.json"
     record: dict[str, Any] = {
         "claim": claim_id,
         "paper": claim.paper,
@@ -115,6 +123,7 @@ def run_claim(
         "paper_number": claim.paper_number,
         "verdict_rule": claim.verdict_rule,
         "profile": profile,
+        "tag": tag,
         "settings": settings,
         "model_override": model,
         "setting_differences": claim.differences.get(profile, []),
@@ -147,5 +156,5 @@ def run_claim(
     _atomic_json(full_path, record)
     record["full_result"] = str(full_path)
     if results is not None:
-        _atomic_json(Path(results) / f"{claim_id}-{profile}.json", slim(record))
+        _atomic_json(Path(results) / f"{name}.json", slim(record))
     return record

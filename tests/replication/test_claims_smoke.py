@@ -192,3 +192,21 @@ def test_committed_page_is_generated_from_the_committed_results():
     assert page.read_text(encoding="utf-8") == render_report(results), (
         "docs/replication.md differs from the result JSONs: run `st-magnitude replicate --report`"
     )
+
+
+def test_tagged_control_run_is_an_extra_row(toy_data, models, tmp_path):
+    overrides = {**TINY["000-table5"][0], "arms": ["cosine", "sent1norm"], "lambda": 0.1}
+    results = tmp_path / "results"
+    kw = dict(profile="cpu", seeds=1, data=str(toy_data), out=tmp_path / "out", results=results, device="cpu")
+    run_claim("000-table5", model=str(models["bert"]), overrides=overrides, tag="lambda0.1", **kw)
+    main = json.loads((results / "000-table5-cpu-lambda0.1.json").read_text())
+    assert main["tag"] == "lambda0.1" and list(main["seeds"][0]["arms"]) == ["cosine", "sent1norm"]
+    untagged = {**main, "tag": None}
+    (results / "000-table5-cpu.json").write_text(json.dumps(untagged))
+    text = render_report(results)
+    assert "| 000-table5 | cpu |" in text and "| 000-table5 | cpu (lambda0.1) |" in text
+    assert "### cpu (lambda0.1) profile" in text
+    with pytest.raises(ValueError, match="tag must be"):
+        run_claim("000-table5", tag="a b", **kw)
+    with pytest.raises(ValueError, match="arms must include 'cosine'"):
+        run_claim("000-table5", model=str(models["bert"]), overrides={**overrides, "arms": ["dot"]}, **kw)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import warnings
 
-from st_magnitude import apply_similarity
+import torch
+
+from st_magnitude import apply_similarity, model_similarity
 from st_magnitude.evaluation import DualSimilarityEvaluator, MagnitudeCollapseDetected, encode_roles
 from st_magnitude.integrations import raw_model
 from st_magnitude.losses import PartialNormInfoNCELoss
@@ -46,9 +48,13 @@ ARMS = {
 
 def _dual_eval(model, es, evaluator: DualSimilarityEvaluator) -> dict:
     """Per-query metrics with the model's own similarity plus raw dot/cosine, and the dual evaluator's verdict."""
-    q, d = encode_roles(model, es.queries, es.docs, batch_size=64)
-    out = evaluate_retrieval(model, es, embeddings=(q, d), auc_negatives=50)
     rq, rd = encode_roles(raw_model(model), es.queries, es.docs, batch_size=64)  # Normalize-free raw embeddings
+    sim = model_similarity(model)  # the model's own outputs are φ_γ of the raw ones (checked on a few texts)
+    q, d = sim.transform_query(rq), sim.transform_document(rd)
+    mq, md = encode_roles(model, es.queries[:4], es.docs[:4], batch_size=4)
+    if not (torch.allclose(mq, q[:4], atol=1e-4, rtol=1e-4) and torch.allclose(md, d[:4], atol=1e-4, rtol=1e-4)):
+        raise RuntimeError("encode_query/encode_document disagree with the similarity the model carries")
+    out = evaluate_retrieval(model, es, embeddings=(q, d), auc_negatives=50)
     raw = evaluate_retrieval(model, es, embeddings=(rq, rd), dual=True, auc_negatives=50)
     for key in ("ndcg@10_dot", "ndcg@10_cosine"):
         out["per_query"][key] = raw["per_query"][key]

@@ -51,8 +51,12 @@ def run_seed(ctx: Context) -> dict:
     train_data = load_sts(folder, "train", s["train_pairs"] or None)
     test = load_sts(folder, "test")
     steps = s["epochs"] * len(train_data["score"]) // s["batch_size"]
+    unknown = [a for a in s["arms"] if a not in ARMS]
+    if unknown or "cosine" not in s["arms"]:
+        raise ValueError(f"arms must include 'cosine' and come from {', '.join(ARMS)}; got {s['arms']}")
     arms = {}
-    for arm, sim in ARMS.items():
+    for arm in s["arms"]:
+        sim = ARMS[arm]
         set_seed(ctx.seed)
         model = base_model(ctx.model or s["model"], device=ctx.device, max_seq_length=s["max_seq_length"])
         apply_similarity(model, sim, warn_on_strip=False)
@@ -103,13 +107,21 @@ def decide(seeds: list[dict], settings: dict) -> dict:
             n_boot=settings["n_boot"],
         )
 
-    parts = [stats.verdict(cmp(a, "cosine"), expect="less", threshold=-0.10) for a in ("sent1norm", "sent2norm")]
-    dot = cmp("dot", "cosine")
-    out = stats.combine_verdicts(parts)
-    out["informational"] = [dot.to_dict()]
+    present = list(seeds[0]["arms"])
+    one_sided = [a for a in ("sent1norm", "sent2norm") if a in present]
+    parts = [stats.verdict(cmp(a, "cosine"), expect="less", threshold=-0.10) for a in one_sided]
+    out = stats.combine_verdicts(parts) if parts else {"verdict": "inconclusive", "parts": []}
+    out["informational"] = [cmp("dot", "cosine").to_dict()] if "dot" in present else []
     out["arms"] = {
         arm: stats.seed_interval([s["arms"][arm]["sts-b"]["metrics"]["spearman"] for s in seeds]).to_dict()
-        for arm in ARMS
+        for arm in present
+    }
+    out["arms_cosine_eval"] = {
+        arm: stats.seed_interval(
+            [s["arms"][arm]["sts-b"]["metrics"].get("spearman_cosine_eval", float("nan")) for s in seeds]
+        ).to_dict()
+        for arm in present
+        if "spearman_cosine_eval" in seeds[0]["arms"][arm]["sts-b"]["metrics"]
     }
     out["ours"] = "; ".join(
         f"{arm} {v['estimate']:.3f} [{v['low']:.3f}, {v['high']:.3f}]" for arm, v in out["arms"].items()
@@ -143,6 +155,7 @@ CLAIM = Claim(
             learning_rate=1e-4,
             max_seq_length=64,
             **{"lambda": 0.01},
+            arms=list(ARMS),
             n_boot=1000,
         ),
         "gpu": dict(
@@ -153,6 +166,7 @@ CLAIM = Claim(
             learning_rate=2e-5,
             max_seq_length=128,
             **{"lambda": 0.01},
+            arms=list(ARMS),
             n_boot=2000,
         ),
     },
