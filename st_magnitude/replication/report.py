@@ -13,7 +13,10 @@ from typing import Any
 from st_magnitude.replication.claim import PROFILES
 from st_magnitude.replication.claims import list_claims
 
-__all__ = ["render_report", "write_report"]
+__all__ = ["NOT_RUN_FILE", "render_report", "write_report"]
+
+#: ``{"<claim>/<profile>": "why it has no result"}`` in the results folder (e.g. a run that did not finish in time)
+NOT_RUN_FILE = "not_run.json"
 
 HEADER = """# Replication: does each paper's key claim hold here?
 
@@ -44,6 +47,8 @@ def _load(results_dir: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
     out: dict[tuple[str, str], list[dict[str, Any] | None]] = {}
     if results_dir.is_dir():
         for f in sorted(results_dir.glob("*.json")):
+            if f.name == NOT_RUN_FILE:
+                continue
             rec = json.loads(f.read_text())
             runs = out.setdefault((rec["claim"], rec["profile"]), [None])
             if rec.get("tag"):
@@ -72,8 +77,13 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _not_run(claim, profile: str) -> str:
-    reason = getattr(claim, "not_run", {}).get(profile)
+def _not_run_reasons(results_dir: Path) -> dict[str, str]:
+    path = results_dir / NOT_RUN_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _not_run(claim, profile: str, reasons: dict[str, str] | None = None) -> str:
+    reason = (reasons or {}).get(f"{claim.id}/{profile}")
     if reason:
         return f"not run ({reason})"
     if profile == "gpu":
@@ -83,6 +93,7 @@ def _not_run(claim, profile: str) -> str:
 
 def render_report(results_dir: str | os.PathLike) -> str:
     results = _load(Path(results_dir))
+    reasons = _not_run_reasons(Path(results_dir))
     lines = [HEADER, "## Summary", ""]
     lines += [
         "| claim | profile | paper | ours (mean, 95% CI) | verdict | seeds | wall time | machine |",
@@ -92,7 +103,7 @@ def render_report(results_dir: str | os.PathLike) -> str:
     for c in claims:
         for profile in PROFILES:
             for rec in results.get((c.id, profile), [None]):
-                lines.append(_summary_row(c, profile, rec))
+                lines.append(_summary_row(c, profile, rec, reasons))
     lines.append("")
     for c in claims:
         lines += [f"## {c.id}: {c.title}", "", f"**Paper {c.paper}.** {c.statement}", ""]
@@ -106,13 +117,13 @@ def render_report(results_dir: str | os.PathLike) -> str:
             for i, rec in enumerate(results.get((c.id, profile), [None])):
                 if i > 0 and rec is None:
                     continue
-                lines += _section(c, profile, rec)
+                lines += _section(c, profile, rec, reasons)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _summary_row(c, profile: str, rec: dict[str, Any] | None) -> str:
+def _summary_row(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str]) -> str:
     if rec is None or rec.get("status") != "finished":
-        return f"| {c.id} | {profile} | {_cell(c.paper_number)} | {_not_run(c, profile)} | — | — | — | — |"
+        return f"| {c.id} | {profile} | {_cell(c.paper_number)} | {_not_run(c, profile, reasons)} | — | — | — | — |"
     d = rec["decision"]
     return (
         f"| {c.id} | {_label(profile, rec)} | {_cell(rec['paper_number'])} | {_cell(d.get('ours', ''))} | "
@@ -121,7 +132,7 @@ def _summary_row(c, profile: str, rec: dict[str, Any] | None) -> str:
     )
 
 
-def _section(c, profile: str, rec: dict[str, Any] | None) -> list[str]:
+def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str]) -> list[str]:
     lines = [f"### {_label(profile, rec)} profile", ""]
     budget = c.budget.get(profile)
     if budget:
@@ -130,7 +141,7 @@ def _section(c, profile: str, rec: dict[str, Any] | None) -> list[str]:
     lines += [f"- {_cell(x)}" for x in c.differences.get(profile, [])]
     lines.append("")
     if rec is None or rec.get("status") != "finished":
-        return [*lines, f"Result: {_not_run(c, profile)}.", ""]
+        return [*lines, f"Result: {_not_run(c, profile, reasons)}.", ""]
     lines += [
         f"Result: **{rec['verdict']}** — {_cell(rec['decision'].get('ours', ''))}",
         "",

@@ -183,6 +183,10 @@ def test_cli_list_and_report(tmp_path, capsys):
     text = target.read_text()
     assert text.count("| not run (") == 2 * len(CLAIM_MODULES)
     assert main(["replicate"]) == 2  # no claim named: a clear error, not a traceback
+    reasons = tmp_path / "reasons"
+    reasons.mkdir()
+    (reasons / "not_run.json").write_text(json.dumps({"003/cpu": "did not finish in time"}))
+    assert "| 003 | cpu |" in render_report(reasons) and "not run (did not finish in time)" in render_report(reasons)
 
 
 def test_committed_page_is_generated_from_the_committed_results():
