@@ -39,6 +39,12 @@ def add_subcommands(sub) -> None:
     p.add_argument("--model", default=None, help="override the profile's base model (folder or alias)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile setting")
+    p.add_argument(
+        "--redecide",
+        default=None,
+        metavar="FULL_JSON",
+        help="recompute the comparisons and verdict of a finished run from its full JSON (no training)",
+    )
     p.add_argument("--tag", default=None, help="name a variant run (kept beside the main result, not replacing it)")
     p.set_defaults(func=_run)
 
@@ -59,6 +65,13 @@ def _run(args: argparse.Namespace) -> int:
 
         path = write_report(results or DEFAULT_RESULTS, args.report_path)
         print(f"wrote {path}")
+        return 0
+    if args.redecide:
+        from st_magnitude.replication.runner import redecide
+
+        record = redecide(args.redecide, results)
+        print(f"{record['claim']} ({record['profile']}): {record['decision'].get('ours', '')}")
+        print(f"  verdict: {record['verdict']}")
         return 0
     if not args.claim:
         raise ValueError(f"name a claim (valid: {', '.join(CLAIM_MODULES)}), or use --list / --report")

@@ -361,23 +361,33 @@ def evaluate_retrieval(
     return out
 
 
-def pooled_auc_statistic(pools: dict[str, list]):
-    """``statistic(pools, idx)`` for :func:`~st_magnitude.replication.stats.compare_arms`: pooled AUC of the
+@dataclass
+class QueryPools:
+    """Pooled-AUC scores grouped by query; ``len()`` is the number of queries (the bootstrap's items)."""
+
+    positives: list[np.ndarray]
+    negatives: list[np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.positives)
+
+
+def pooled_auc_statistic(pools: dict[str, list], n_queries: int | None = None) -> QueryPools:
+    """Group a stored pool (``evaluate_retrieval(...)["auc_pools"]``) by query, for :func:`auc_stat`."""
+    pos, neg = np.asarray(pools["positives"]), np.asarray(pools["negatives"])
+    pq, nq = np.asarray(pools["positive_query"], dtype=int), np.asarray(pools["negative_query"], dtype=int)
+    if n_queries is None:
+        n_queries = int(max(pq.max(initial=-1), nq.max(initial=-1))) + 1
+    return QueryPools([pos[pq == i] for i in range(n_queries)], [neg[nq == i] for i in range(n_queries)])
+
+
+def auc_stat(pools: QueryPools, idx: np.ndarray) -> float:
+    """``statistic(values, idx)`` for :func:`~st_magnitude.replication.stats.compare_arms`: the pooled AUC of the
     resampled queries (each drawn query contributes all its positives and negatives, with multiplicity)."""
     from st_magnitude.evaluation import pooled_auc_score
 
-    pos, neg = np.asarray(pools["positives"]), np.asarray(pools["negatives"])
-    pq, nq = np.asarray(pools["positive_query"]), np.asarray(pools["negative_query"])
-    n_queries = int(max(pq.max(initial=-1), nq.max(initial=-1))) + 1
-    pos_by_q = [pos[pq == i] for i in range(n_queries)]
-    neg_by_q = [neg[nq == i] for i in range(n_queries)]
-    return pos_by_q, neg_by_q, pooled_auc_score
-
-
-def auc_stat(pools_by_query, idx: np.ndarray) -> float:
-    pos_by_q, neg_by_q, score = pools_by_query
-    pos = np.concatenate([pos_by_q[i] for i in idx])
-    neg = np.concatenate([neg_by_q[i] for i in idx])
+    pos = np.concatenate([pools.positives[i] for i in idx])
+    neg = np.concatenate([pools.negatives[i] for i in idx])
     if len(pos) == 0 or len(neg) == 0:
         return float("nan")
-    return score(pos, neg)
+    return pooled_auc_score(pos, neg)

@@ -30,7 +30,7 @@ from st_magnitude.replication.common import Context, resolve_data_dir, resolve_d
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["machine_info", "run_claim", "slim"]
+__all__ = ["machine_info", "redecide", "run_claim", "slim"]
 
 #: keys holding per-item arrays, dropped from the small summary file
 _BULKY = ("per_query", "auc_pools", "predictions", "labels", "history")
@@ -156,5 +156,25 @@ def run_claim(
     _atomic_json(full_path, record)
     record["full_result"] = str(full_path)
     if results is not None:
+        _atomic_json(Path(results) / f"{name}.json", slim(record))
+    return record
+
+
+def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Recompute the comparisons and the verdict of a finished run from its stored per-item scores (no training):
+    for a fix in the statistics, or after a run whose ``decide`` failed. The verdict rule is the claim's own."""
+    path = Path(full_result)
+    record = json.loads(path.read_text())
+    if not record.get("seeds"):
+        raise ValueError(f"{path} holds no finished seed")
+    claim = get_claim(record["claim"])
+    record["decision"] = claim.decide(record["seeds"], record["settings"])
+    record["verdict"] = record["decision"]["verdict"]
+    record["status"] = "finished"
+    record["redecided_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    _atomic_json(path, record)
+    record["full_result"] = str(path)
+    if results is not None:
+        name = f"{record['claim']}-{record['profile']}" + (f"-{record['tag']}" if record.get("tag") else "")
         _atomic_json(Path(results) / f"{name}.json", slim(record))
     return record

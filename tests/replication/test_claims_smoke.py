@@ -13,7 +13,7 @@ from toy_beir import write_toy_beir
 
 from st_magnitude.replication.claims import CLAIM_MODULES, get_claim, list_claims
 from st_magnitude.replication.report import render_report
-from st_magnitude.replication.runner import run_claim
+from st_magnitude.replication.runner import redecide, run_claim
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -202,8 +202,10 @@ def test_tagged_control_run_is_an_extra_row(toy_data, models, tmp_path):
     overrides = {**TINY["000-table5"][0], "arms": ["cosine", "sent1norm"], "lambda": 0.1}
     results = tmp_path / "results"
     kw = dict(profile="cpu", seeds=1, data=str(toy_data), out=tmp_path / "out", results=results, device="cpu")
-    run_claim("000-table5", model=str(models["bert"]), overrides=overrides, tag="lambda0.1", **kw)
+    rec = run_claim("000-table5", model=str(models["bert"]), overrides=overrides, tag="lambda0.1", **kw)
     main = json.loads((results / "000-table5-cpu-lambda0.1.json").read_text())
+    again = redecide(rec["full_result"], results)  # recomputed from the stored per-item scores, same verdict
+    assert again["verdict"] == rec["verdict"] and again["decision"]["arms"] == rec["decision"]["arms"]
     assert main["tag"] == "lambda0.1" and list(main["seeds"][0]["arms"]) == ["cosine", "sent1norm"]
     untagged = {**main, "tag": None}
     (results / "000-table5-cpu.json").write_text(json.dumps(untagged))

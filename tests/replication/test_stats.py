@@ -143,3 +143,32 @@ def test_bad_inputs_have_clear_errors():
         compare_arms([[1, 2, 3], [1, 2]], [[1, 2, 3], [1, 2]])
     with pytest.raises(ValueError, match="expect"):
         verdict(compare_arms([[1.0, 2.0]], [[1.0, 2.5]], n_boot=20), expect="bigger")
+
+
+def test_pooled_auc_bootstrap_resamples_every_query():
+    """Regression: the grouped pools were a 3-tuple, so the bootstrap drew from queries 0..2 only."""
+    from st_magnitude.evaluation import pooled_auc_score
+    from st_magnitude.replication.claims._shared import compare_auc
+    from st_magnitude.replication.common import pooled_auc_statistic
+
+    rng = np.random.default_rng(7)
+    n_q = 12
+
+    def arm(shift):
+        pos = rng.normal((1 + shift * np.arange(n_q) / n_q)[:, None], 1, (n_q, 2))
+        neg = rng.normal(0, 1, (n_q, 5))
+        pools = {
+            "positives": pos.ravel().tolist(),
+            "negatives": neg.ravel().tolist(),
+            "positive_query": np.repeat(np.arange(n_q), 2).tolist(),
+            "negative_query": np.repeat(np.arange(n_q), 5).tolist(),
+        }
+        full = pooled_auc_score(pos.ravel(), neg.ravel())
+        return {"auc_pools": pools, "per_query": {"ndcg@10": [0.0] * n_q}}, full
+
+    (a, auc_a), (b, auc_b) = arm(2.0), arm(0.0)
+    assert len(pooled_auc_statistic(a["auc_pools"])) == n_q
+    seeds = [{"arms": {"x": {"d": a}, "y": {"d": b}}}]
+    c = compare_auc(seeds, "x", "y", "d", n_boot=50)
+    assert c.diff == pytest.approx(auc_a - auc_b)
+    assert c.mean_a == pytest.approx(auc_a)

@@ -43,8 +43,9 @@ def compare_metric(
 
 
 def compare_auc(seeds: list[dict], arm_a: str, arm_b: str, dataset: str, n_boot: int = 1000) -> stats.ArmComparison:
-    pools_a = [pooled_auc_statistic(s["arms"][arm_a][dataset]["auc_pools"]) for s in seeds]
-    pools_b = [pooled_auc_statistic(s["arms"][arm_b][dataset]["auc_pools"]) for s in seeds]
+    n = len(seeds[0]["arms"][arm_a][dataset]["per_query"]["ndcg@10"])  # every query, even one without pools
+    pools_a = [pooled_auc_statistic(s["arms"][arm_a][dataset]["auc_pools"], n) for s in seeds]
+    pools_b = [pooled_auc_statistic(s["arms"][arm_b][dataset]["auc_pools"], n) for s in seeds]
     return stats.compare_arms(
         pools_a,
         pools_b,
