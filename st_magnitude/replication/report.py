@@ -149,8 +149,13 @@ def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str
         f"- machine: {_machine(rec['machine'])}; started {rec.get('started_utc')}; wall time "
         f"{_fmt_seconds(rec.get('wall_seconds'))} for {len(rec['seeds'])} seeds",
         "- settings: " + ", ".join(f"{k}={v}" for k, v in rec["settings"].items()),
-        "",
     ]
+    if rec.get("redecided_utc"):
+        lines.append(
+            f"- comparisons and verdict recomputed from the stored per-item scores on {rec['redecided_utc']} "
+            "(`st-magnitude replicate --redecide FULL_JSON`, no retraining)"
+        )
+    lines.append("")
     return lines + _comparisons(rec)
 
 
