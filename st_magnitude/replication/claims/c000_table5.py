@@ -126,6 +126,12 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     out["ours"] = "; ".join(
         f"{arm} {v['estimate']:.3f} [{v['low']:.3f}, {v['high']:.3f}]" for arm, v in out["arms"].items()
     )
+    if out["arms_cosine_eval"]:
+        out["ours"] += (
+            " (same embeddings scored by cosine: "
+            + ", ".join(f"{arm} {v['estimate']:.3f}" for arm, v in out["arms_cosine_eval"].items())
+            + ")"
+        )
     return out
 
 
