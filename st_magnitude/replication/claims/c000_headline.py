@@ -145,6 +145,9 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
-    budget={"cpu": "≈ 15 min for 3 seeds on a 2-core CPU shared by 8 jobs", "gpu": "≈ 15 min on one H100"},
+    budget={
+        "cpu": "≈ 45 min for 3 seeds (measured 43 min on a 2-core CPU shared by ~8 jobs)",
+        "gpu": "≈ 15 min on one H100",
+    },
     headline_metric="nDCG@10",
 )

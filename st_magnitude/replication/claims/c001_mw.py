@@ -121,6 +121,6 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
-    budget={"cpu": "≈ 15 min for 3 seeds on a 2-core CPU shared by 8 jobs", "gpu": "≈ 10 min on one H100"},
+    budget={"cpu": "≈ 17 min for 3 seeds (measured on a 2-core CPU shared by ~8 jobs)", "gpu": "≈ 10 min on one H100"},
     headline_metric="pooled AUC",
 )

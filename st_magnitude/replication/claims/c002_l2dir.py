@@ -124,6 +124,9 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
-    budget={"cpu": "≈ 15 min for 3 seeds on a 2-core CPU shared by 8 jobs", "gpu": "≈ 10 min on one H100"},
+    budget={
+        "cpu": "≈ 15 min for 3 seeds (measured 14 min on a 2-core CPU shared by ~8 jobs)",
+        "gpu": "≈ 10 min on one H100",
+    },
     headline_metric="nDCG@10",
 )

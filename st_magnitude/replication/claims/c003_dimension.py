@@ -183,6 +183,6 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
-    budget={"cpu": "≈ 20 min for 3 seeds on a 2-core CPU shared by 8 jobs", "gpu": "≈ 15 min on one H100"},
+    budget={"cpu": "≈ 6 min for 3 seeds (measured on a 2-core CPU shared by ~8 jobs)", "gpu": "≈ 15 min on one H100"},
     headline_metric="contrastive entropy",
 )

@@ -329,6 +329,9 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
-    budget={"cpu": "≈ 5 min for 3 seeds (smoke)", "gpu": "≈ 20 min on one H100"},
+    budget={
+        "cpu": "≈ 6 min for 3 seeds (smoke; measured on a 2-core CPU shared by ~8 jobs)",
+        "gpu": "≈ 20 min on one H100",
+    },
     headline_metric="nDCG@10",
 )
