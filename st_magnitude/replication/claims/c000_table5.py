@@ -193,7 +193,7 @@ CLAIM = Claim(
     run_seed=run_seed,
     decide=decide,
     budget={
-        "cpu": "≈ 22 min for 3 seeds (measured on a 2-core CPU shared by ~8 jobs; the λ = 0.1 control with 3 arms: 6 min)",
+        "cpu": "≈ 22 min for 3 seeds (measured on a 2-core CPU shared by ~8 jobs; the 3-arm λ = 0.1 control: 6 min)",
         "gpu": "≈ 5 min on one H100 (bert-tiny)",
     },
     headline_metric="Spearman",
