@@ -212,6 +212,9 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
-    budget={"cpu": "≈ 16 min for 3 seeds (measured 15 min on a 2-core CPU shared by ~8 jobs)", "gpu": "≈ 15 min on one H100"},
+    budget={
+        "cpu": "≈ 16 min for 3 seeds (measured 15 min on a 2-core CPU shared by ~8 jobs)",
+        "gpu": "≈ 15 min on one H100",
+    },
     headline_metric="nDCG@10 (cosine-eval vs dot-eval)",
 )
