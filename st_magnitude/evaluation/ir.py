@@ -380,3 +380,19 @@ def _append_csv(path: str, epoch: int, steps: int, metrics: dict[str, float]) ->
         if new:
             f.write(",".join(["epoch", "steps", *keys]) + "\n")
         f.write(",".join([str(epoch), str(steps), *(f"{metrics[k]:.6f}" for k in keys)]) + "\n")
+
+
+def per_query_metrics(
+    qrels: dict[str, dict[str, int]], results: dict[str, dict[str, float]], k: int = 10
+) -> dict[str, dict[str, float]]:
+    """Per-query ``ndcg@k``, ``recall@1`` and ``recall@100`` with pytrec_eval (the library BEIR uses: the mean of
+    ``ndcg@k`` over ``qrels`` is :func:`retrieval_metrics`' ``ndcg@k``). A query without results scores 0.
+
+    The per-query scores are what paired comparisons between models need (:mod:`st_magnitude.evaluation.stats`).
+    """
+    import pytrec_eval
+
+    run = {q: {d: float(s) for d, s in results.get(q, {}).items() if d != q} for q in qrels}
+    scores = pytrec_eval.RelevanceEvaluator(qrels, {f"ndcg_cut.{k}", "recall.1", "recall.100"}).evaluate(run)
+    keys = {f"ndcg@{k}": f"ndcg_cut_{k}", "recall@1": "recall_1", "recall@100": "recall_100"}
+    return {q: {name: scores[q][key] if q in scores else 0.0 for name, key in keys.items()} for q in qrels}

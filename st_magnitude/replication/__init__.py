@@ -4,7 +4,7 @@ generated from (:mod:`.report`)."""
 
 from __future__ import annotations
 
-from st_magnitude.replication.stats import (
+from st_magnitude.evaluation.stats import (
     ArmComparison,
     Interval,
     combine_verdicts,

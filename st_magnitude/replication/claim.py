@@ -1,6 +1,6 @@
 """What a claim module declares: the paper's statement and number, a protocol per profile, the verdict rule (fixed
 before running), the setting differences, and two functions — ``run_seed`` (train and evaluate every arm for one
-seed) and ``decide`` (turn all seeds into comparisons and a verdict with :mod:`st_magnitude.replication.stats`)."""
+seed) and ``decide`` (turn all seeds into comparisons and a verdict with :mod:`st_magnitude.evaluation.stats`)."""
 
 from __future__ import annotations
 

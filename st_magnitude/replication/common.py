@@ -294,20 +294,10 @@ def train(
 def per_query_ndcg(
     qrels: dict[str, dict[str, int]], results: dict[str, dict[str, float]], k: int = 10
 ) -> dict[str, float]:
-    """Per-query nDCG@k with pytrec_eval (the library BEIR uses; its mean is ``retrieval_metrics``' ``ndcg@k``)."""
-    import pytrec_eval
+    """Per-query nDCG@k, recall@1 and recall@100 (:func:`st_magnitude.evaluation.ir.per_query_metrics`)."""
+    from st_magnitude.evaluation.ir import per_query_metrics
 
-    run = {q: {d: float(s) for d, s in results.get(q, {}).items() if d != q} for q in qrels}
-    ev = pytrec_eval.RelevanceEvaluator(qrels, {f"ndcg_cut.{k}", "recall.1", "recall.100"})
-    scores = ev.evaluate(run)
-    return {
-        q: {
-            f"ndcg@{k}": scores[q][f"ndcg_cut_{k}"] if q in scores else 0.0,
-            "recall@1": scores[q]["recall_1"] if q in scores else 0.0,
-            "recall@100": scores[q]["recall_100"] if q in scores else 0.0,
-        }
-        for q in qrels
-    }
+    return per_query_metrics(qrels, results, k)
 
 
 def evaluate_retrieval(
@@ -382,7 +372,7 @@ def pooled_auc_statistic(pools: dict[str, list], n_queries: int | None = None) -
 
 
 def auc_stat(pools: QueryPools, idx: np.ndarray) -> float:
-    """``statistic(values, idx)`` for :func:`~st_magnitude.replication.stats.compare_arms`: the pooled AUC of the
+    """``statistic(values, idx)`` for :func:`~st_magnitude.evaluation.stats.compare_arms`: the pooled AUC of the
     resampled queries (each drawn query contributes all its positives and negatives, with multiplicity)."""
     from st_magnitude.evaluation import pooled_auc_score
 

@@ -26,7 +26,7 @@ Each claim is a module in `st_magnitude/replication/claims/` with the paper's st
 profile (`cpu`: small enough for a shared 2-core CPU; `gpu`: the paper-faithful one, for one H100), and a verdict
 rule fixed before running. Arms are compared on the same evaluation items in every seed; the 95% interval of a
 difference is the union of a t-interval over seeds and a paired bootstrap over queries (or STS pairs), and a
-difference is significant only when that interval excludes 0 (`st_magnitude.replication.stats`).
+difference is significant only when that interval excludes 0 (`st_magnitude.evaluation.stats`).
 Verdicts: **reproduces** (the whole interval on the claimed side of the rule's threshold), **contradicts** (the
 whole interval on the other side), **inconclusive** (the interval straddles it).
 
@@ -36,7 +36,7 @@ recomputed) to `--out` (default `runs/replication/`); the small files under `doc
 arrays.
 
 The same statistics serve any two-arm comparison: collect, per seed, the per-query scores of both arms on the same
-queries and call `st_magnitude.replication.stats.compare_arms(per_seed_a, per_seed_b, metric=..., arm_a=...,
+queries and call `st_magnitude.evaluation.stats.compare_arms(per_seed_a, per_seed_b, metric=..., arm_a=...,
 arm_b=...)`; its `.ci` (95% interval), `.significant` and `.describe()` ("… within noise" when the interval contains
 0) are what a results table needs.
 """

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from st_magnitude.replication import stats
+from st_magnitude.evaluation import stats
 from st_magnitude.replication.common import Context, auc_stat, beir_folder, load_eval_set, pooled_auc_statistic
 
 __all__ = ["arm_summary", "compare_metric", "compare_auc", "eval_sets"]

@@ -20,10 +20,9 @@ import warnings
 import torch
 
 from st_magnitude import apply_similarity, model_similarity
-from st_magnitude.evaluation import DualSimilarityEvaluator, MagnitudeCollapseDetected, encode_roles
+from st_magnitude.evaluation import DualSimilarityEvaluator, MagnitudeCollapseDetected, encode_roles, stats
 from st_magnitude.integrations import raw_model
 from st_magnitude.losses import PartialNormInfoNCELoss
-from st_magnitude.replication import stats
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import ROUTER
 from st_magnitude.replication.claims._shared import arm_summary, compare_metric, eval_sets

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 
 from st_magnitude import apply_similarity
+from st_magnitude.evaluation import stats
 from st_magnitude.losses import PartialNormInfoNCELoss
-from st_magnitude.replication import stats
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import ROUTER, evaluate_all, fine_tune_and_eval
 from st_magnitude.replication.claims._shared import arm_summary, compare_metric, eval_sets

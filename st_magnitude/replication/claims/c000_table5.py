@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from st_magnitude import apply_similarity
-from st_magnitude.replication import stats
+from st_magnitude.evaluation import stats
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.common import Context, base_model, describe_model, load_sts, set_seed, train
 

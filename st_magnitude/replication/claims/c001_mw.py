@@ -10,8 +10,8 @@ nDCG@10.
 from __future__ import annotations
 
 from st_magnitude import apply_similarity
+from st_magnitude.evaluation import stats
 from st_magnitude.losses import MWLoss, PartialNormInfoNCELoss
-from st_magnitude.replication import stats
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import fine_tune_and_eval
 from st_magnitude.replication.claims._shared import arm_summary, compare_auc, compare_metric, eval_sets

@@ -14,10 +14,9 @@ import numpy as np
 import torch
 
 from st_magnitude import apply_similarity
-from st_magnitude.evaluation import contrastive_entropy, encode_roles, sample_negatives
+from st_magnitude.evaluation import contrastive_entropy, encode_roles, sample_negatives, stats
 from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.modules import DimensionProjection
-from st_magnitude.replication import stats
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._shared import eval_sets
 from st_magnitude.replication.common import (

@@ -20,8 +20,8 @@ import random
 import numpy as np
 import torch
 
+from st_magnitude.evaluation import stats
 from st_magnitude.losses import RevelaLoss
-from st_magnitude.replication import stats
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import evaluate_all
 from st_magnitude.replication.claims._shared import arm_summary, compare_metric, eval_sets

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from st_magnitude.replication.stats import (
+from st_magnitude.evaluation.stats import (
     combine_verdicts,
     compare_arms,
     paired_bootstrap,
