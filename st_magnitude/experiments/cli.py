@@ -81,6 +81,13 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="checkpoint every N steps, for resuming (default: max(10, steps // 5); only the last one is kept)",
     )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="repeat every run with seeds SEED, SEED+1, … (in OUT/seed-S/) and report means with 95%% intervals "
+        "and which differences are within noise (default 1: one run, no intervals)",
+    )
     p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument(
@@ -102,11 +109,13 @@ def _close_progress_bars() -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from st_magnitude._cli_args import check_device
-    from st_magnitude.experiments.compare import run_compare
+    from st_magnitude.experiments.seeds import run_compare_seeds
 
     if args.quick and args.full:
         raise ValueError("choose one of --quick and --full")
     check_device(args.device)
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
     profile = "full" if args.full else "quick"
     values = dict(PROFILES[profile])
     for key in ("steps", "batch_size", "max_seq_length", "learning_rate", "max_corpus", "max_queries", "kappa_pairs"):
@@ -132,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
         **values,
     )
     try:
-        run_compare(config, log=print)
+        run_compare_seeds(config, args.seeds, log=print)
     except KeyboardInterrupt:
         _close_progress_bars()  # else the Trainer's bars are redrawn after the message when they are collected
         print(INTERRUPTED, file=sys.stderr)

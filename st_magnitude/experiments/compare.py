@@ -49,6 +49,8 @@ __all__ = ["CompareConfig", "PROFILES", "LOSSES", "resolve_data_dir", "resolve_d
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_VARIANTS = ("cosine", "dot", "qnorm", "dnorm", "learnable")
 LOSSES = ("infonce", "mw", "l2dir")
+#: Key of the per-query nDCG@10 (``{query id: score}``) in each dataset's metrics in ``metrics.json``.
+PER_QUERY_KEY = "per_query_ndcg@10"
 LR_SCHEDULERS = ("linear", "cosine")
 DATA_ENV = "ST_MAGNITUDE_DATA_DIR"
 
@@ -128,6 +130,7 @@ class CompareConfig:
     kappa_pairs: int | None = None  # None: 8n (diagnostics.fim.kappa_min_pairs)
     kappa_bootstrap: int = 100
     seed: int = 42
+    eval_seed: int | None = None  # seed of the evaluation subsample (None: ``seed``); --seeds fixes it across seeds
     scale: float = 20.0
     mw_temperature: float = 0.01
     device: str | None = None
@@ -166,8 +169,13 @@ class CompareConfig:
             "folder": str(Path(folder).resolve()),
             "max_corpus": self.max_corpus,
             "max_queries": self.max_queries,
-            "seed": self.seed,
+            "seed": self.subsample_seed,
         }
+
+    @property
+    def subsample_seed(self) -> int:
+        """Seed of the NanoBEIR-style evaluation subsample."""
+        return self.seed if self.eval_seed is None else self.eval_seed
 
     def kappa_key(self) -> dict[str, Any]:
         """What kappa.json depends on besides the base model and training data (both in the fingerprint)."""
@@ -564,7 +572,9 @@ def load_eval_sets(folders: dict[str, Path], config: CompareConfig) -> list[Eval
     for name, folder in folders.items():
         data = load_beir(folder, "test", on_missing="drop")
         if config.max_corpus or config.max_queries:
-            data = subsample(data, max_corpus=config.max_corpus, max_queries=config.max_queries, seed=config.seed)
+            data = subsample(
+                data, max_corpus=config.max_corpus, max_queries=config.max_queries, seed=config.subsample_seed
+            )
         qids, dids = sorted(data.queries), sorted(data.corpus)
         sets.append(
             EvalSet(name, data, qids, dids, [data.queries[q] for q in qids], [doc_text(data.corpus[d]) for d in dids])
@@ -580,7 +590,7 @@ def evaluate_model(model, eval_sets: list[EvalSet], batch_size: int = 64) -> tup
     """
     from st_magnitude.convert import model_similarity
     from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
-    from st_magnitude.evaluation.ir import encode_roles, exact_search, retrieval_metrics
+    from st_magnitude.evaluation.ir import encode_roles, exact_search, per_query_metrics, retrieval_metrics
     from st_magnitude.integrations.models import raw_model
 
     sim = model_similarity(model)
@@ -598,6 +608,8 @@ def evaluate_model(model, eval_sets: list[EvalSet], batch_size: int = 64) -> tup
             raise RuntimeError("model encode_query/encode_document disagree with the similarity it carries")
         results = exact_search(q, d, es.query_ids, es.doc_ids, top_k=100)  # φ already applied: dot
         m = retrieval_metrics(es.data.qrels, results, ndcg_at_k=(10,), recall_at_k=(100,), mrr_at_k=(10,))
+        per_query = per_query_metrics(es.data.qrels, results)  # for paired comparisons across runs and seeds
+        m[PER_QUERY_KEY] = {q: per_query[q]["ndcg@10"] for q in sorted(per_query)}
         pools = pooled_auc_pools(q, d, es.query_ids, es.doc_ids, es.data.qrels, n_negatives=500)
         m["pooled_auc"] = pooled_auc_score(pools.positives, pools.negatives)
         m["per_query_auc"] = per_query_auc(pools)
@@ -816,7 +828,7 @@ def _run_locked(
                     "variant": record["variant"],
                     "loss": record["loss"],
                     "dataset": ds,
-                    **{k: round(v, 5) for k, v in m.items()},
+                    **{k: round(v, 5) for k, v in m.items() if k != PER_QUERY_KEY},
                     "train_loss": round(record["train"]["train_loss"], 5),
                     "train_seconds": round(record["train"]["train_seconds"], 1),
                 }
@@ -902,6 +914,11 @@ def write_reports(
             f"| {r['run']} | {r['dataset']} | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | "
             f"{r['mrr@10']:.4f} | {r['pooled_auc']:.4f} | {r['per_query_auc']:.4f} |"
         )
+    lines += [
+        "",
+        f"One seed ({config.seed}): no confidence intervals, so no difference above is shown to exceed noise; "
+        "`--seeds 3` repeats every run and reports 95% intervals (results_seeds.md).",
+    ]
     verdict = kappa_verdict(rows, kappa)
     if kappa:
         lines += ["", f"κ rule (base model): {kappa['summary']}", "", verdict]

@@ -137,3 +137,50 @@ def test_compare_bad_inputs_leave_nothing_behind(setup, tmp_path, capsys):
     assert main(args) == 2
     assert "not a folder" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_compare_over_seeds_reports_intervals_and_noise(setup, tmp_path):
+    """--seeds 2: per-seed folders on one evaluation subsample, means with t-intervals, paired differences."""
+    import numpy as np
+    from scipy import stats as sps
+
+    from st_magnitude.experiments.seeds import run_compare_seeds
+
+    model_dir, data = setup
+    out = tmp_path / "seeds"
+    cfg = config(model_dir, data, out, variants=("cosine", "qnorm"), eval_data=("toy",), max_queries=4, kappa=False)
+    result = run_compare_seeds(cfg, 2, log=lambda *_: None)
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["seed-42", "seed-43"]
+    per_seed = [
+        json.loads((out / f"seed-{s}" / "runs" / "qnorm-infonce" / "metrics.json").read_text()) for s in (42, 43)
+    ]
+    ref = [json.loads((out / f"seed-{s}" / "runs" / "cosine-infonce" / "metrics.json").read_text()) for s in (42, 43)]
+    # the same 4 subsampled queries in both seeds (the first seed's subsample)
+    assert [sorted(r["metrics"]["toy"]["per_query_ndcg@10"]) for r in per_seed + ref] == [
+        sorted(per_seed[0]["metrics"]["toy"]["per_query_ndcg@10"])
+    ] * 4
+    # mean and t-interval of the seed means, computed independently
+    values = np.array([r["metrics"]["toy"]["ndcg@10"] for r in per_seed])
+    row = next(r for r in result["rows"] if r["run"] == "qnorm-infonce")
+    half = sps.t.ppf(0.975, 1) * values.std(ddof=1) / np.sqrt(2)
+    assert row["ndcg@10"] == pytest.approx(values.mean())
+    assert row["ndcg@10_low"] == pytest.approx(values.mean() - half)
+    # the difference to the reference run is the mean of the per-seed mean differences
+    (comp,) = result["comparisons"]
+    diffs = [
+        np.mean(list(a["metrics"]["toy"]["per_query_ndcg@10"].values()))
+        - np.mean(list(b["metrics"]["toy"]["per_query_ndcg@10"].values()))
+        for a, b in zip(per_seed, ref)
+    ]
+    assert comp["arm_b"] == "cosine-infonce" and comp["diff"] == pytest.approx(np.mean(diffs))
+    assert comp["ci"]["low"] <= comp["diff"] <= comp["ci"]["high"]
+    text = (out / "results_seeds.md").read_text()
+    assert "Verdict:" in text and ("within noise" in text or "significant" in text)
+    assert (out / "results_seeds.csv").read_text().startswith("run,dataset,seeds,ndcg@10,ndcg@10_low")
+
+
+def test_compare_seeds_argument_is_validated(setup, tmp_path, capsys):
+    model_dir, data = setup
+    args = ["compare", "--model", str(model_dir), "--data-dir", str(data), "--seeds", "0"]
+    rc = main([*args, "--output-dir", str(tmp_path / "x")])
+    assert rc == 2 and "--seeds" in capsys.readouterr().err and not (tmp_path / "x").exists()
