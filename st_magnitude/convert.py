@@ -674,8 +674,14 @@ def _card_note(model: SentenceTransformer) -> str:
             "product). Do not L2-normalise the embeddings yourself."
         )
         if is_asymmetric(model):
+            router = next((m for m in model if isinstance(m, Router)), None)
+            roleless = (
+                "raises (its Router has no default route)"
+                if router is not None and router.default_route is None
+                else "treats every input as a document"
+            )
             lines.append(
-                "The similarity is asymmetric: plain `model.encode(...)` treats every input as a document, and "
+                f"The similarity is asymmetric: plain `model.encode(...)` {roleless}, and "
                 "the model is not meant for symmetric tasks (STS, clustering, paraphrase mining)."
             )
     else:
