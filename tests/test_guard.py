@@ -66,7 +66,7 @@ def test_role_normalize_warns_once_without_patching(tiny_model):
         warnings.simplefilter("error", AsymmetricSimilarityWarning)
         tiny_model.encode(S1)  # γq = γd at init: symmetric, no warning
     apply_similarity(tiny_model, LearnableSimilarity(init_gamma=(0.2, 0.9)), warn_on_strip=False)
-    with pytest.warns(AsymmetricSimilarityWarning, match="without a query/document role"):
+    with pytest.warns(AsymmetricSimilarityWarning, match=r"RoleNormalize: encode\(\) without a query/document role"):
         tiny_model.encode(S1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", AsymmetricSimilarityWarning)
