@@ -19,6 +19,7 @@ PACKAGES = (
     "st_magnitude.integrations",
     "st_magnitude.losses",
     "st_magnitude.modules",
+    "st_magnitude.replication",
     "st_magnitude.scaling",
 )
 
