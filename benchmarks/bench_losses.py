@@ -79,6 +79,7 @@ def compare_time(model_a, loss_a, model_b, loss_b, feats_a, feats_b, repeats: in
 
 
 def bench_time(args) -> list[tuple[str, float, float, float | None]]:
+    from sentence_transformers.base.modules import Router
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     from st_magnitude import apply_similarity
@@ -94,6 +95,8 @@ def bench_time(args) -> list[tuple[str, float, float, float | None]]:
     negs = [texts(B, args.doc_words, 10 + h) for h in range(H)]
 
     def cols(m, columns):
+        if isinstance(m[0], Router):  # qnorm: no default route, so tokenize per role (as router_mapping does)
+            return lambda: [m.preprocess(c, task="query" if i == 0 else "document") for i, c in enumerate(columns)]
         return lambda: [m.preprocess(c) for c in columns]
 
     rows = []

@@ -3,36 +3,14 @@
 Public API (everything else is internal)::
 
     from st_magnitude import apply_similarity, strip_normalize, get_similarity
+
+Names are imported from their submodule on first use (:mod:`st_magnitude._lazy`), so ``import st_magnitude`` and
+``st-magnitude --help`` do not import torch or sentence-transformers.
 """
 
 from __future__ import annotations
 
-from st_magnitude._warnings import ZeroRetrieverGradientWarning
-from st_magnitude.convert import (
-    AsymmetricSimilarityWarning,
-    MagnitudeCollapseWarning,
-    apply_similarity,
-    carried_similarity,
-    check_symmetric_use,
-    check_truncation,
-    is_asymmetric,
-    model_gammas,
-    model_similarity,
-    strip_normalize,
-    truncate_model,
-    update_model_card,
-)
-from st_magnitude.guard import install_symmetry_guard, uninstall_symmetry_guard
-from st_magnitude.modules import RoleNormalize
-from st_magnitude.similarity import (
-    SIMILARITY_NAMES,
-    Similarity,
-    gammas_of,
-    get_similarity,
-    is_carriable,
-    phi,
-    similarity_names,
-)
+from st_magnitude._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -62,3 +40,33 @@ __all__ = [
     "similarity_names",
     "__version__",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "._warnings": ("AsymmetricSimilarityWarning", "MagnitudeCollapseWarning", "ZeroRetrieverGradientWarning"),
+        ".convert": (
+            "apply_similarity",
+            "carried_similarity",
+            "check_symmetric_use",
+            "check_truncation",
+            "is_asymmetric",
+            "model_gammas",
+            "model_similarity",
+            "strip_normalize",
+            "truncate_model",
+            "update_model_card",
+        ),
+        ".guard": ("install_symmetry_guard", "uninstall_symmetry_guard"),
+        ".modules": ("RoleNormalize",),
+        ".similarity": (
+            "SIMILARITY_NAMES",
+            "Similarity",
+            "gammas_of",
+            "get_similarity",
+            "is_carriable",
+            "phi",
+            "similarity_names",
+        ),
+    },
+)

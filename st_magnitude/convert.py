@@ -15,7 +15,9 @@ dnorm       ``Router.for_query_document(query=backbone, document=backbone + Norm
 learnable   backbone + :class:`~st_magnitude.modules.RoleNormalize` (needs ``trust_remote_code=True``)
 ==========  ===============================================================================
 
-The backbone modules are *shared* between the two routes (one set of weights; ST saves shared modules once).
+The backbone modules are *shared* between the two routes (one set of weights; ST saves shared modules once). The
+qnorm/dnorm ``Router`` has no default route, so stock ST raises on ``encode()`` without a task (paper 000
+Prop. 2.1); nothing of ST is patched (the symmetry guard, :mod:`st_magnitude.guard`, is opt-in).
 """
 
 from __future__ import annotations
@@ -366,15 +368,16 @@ def apply_similarity(
         gq, gd = gammas
         q_route = backbone + ([_fresh_normalize()] if gq == 1.0 else [])
         d_route = backbone + ([_fresh_normalize()] if gd == 1.0 else [])
-        new = [Router.for_query_document(query_modules=q_route, document_modules=d_route)]
+        # no default route: stock ST then refuses a role-less encode (paper 000 Prop. 2.1) without any patching
+        new = [
+            Router.for_query_document(
+                query_modules=q_route, document_modules=d_route, default_route=None, allow_empty_key=False
+            )
+        ]
 
     replace_modules(model, new)
     model.similarity_fn_name = "dot"
     update_model_card(model)
-    if is_asymmetric(model) or name == "learnable":
-        from st_magnitude.guard import install_symmetry_guard
-
-        install_symmetry_guard()
     logger.info("apply_similarity: model now serves %r with modules %s", name, [type(m).__name__ for m in model])
     return model
 
@@ -671,8 +674,14 @@ def _card_note(model: SentenceTransformer) -> str:
             "product). Do not L2-normalise the embeddings yourself."
         )
         if is_asymmetric(model):
+            router = next((m for m in model if isinstance(m, Router)), None)
+            roleless = (
+                "raises (its Router has no default route)"
+                if router is not None and router.default_route is None
+                else "treats every input as a document"
+            )
             lines.append(
-                "The similarity is asymmetric: plain `model.encode(...)` treats every input as a document, and "
+                f"The similarity is asymmetric: plain `model.encode(...)` {roleless}, and "
                 "the model is not meant for symmetric tasks (STS, clustering, paraphrase mining)."
             )
     else:

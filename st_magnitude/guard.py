@@ -10,9 +10,15 @@ get lost:
 - ST's symmetric evaluators (``EmbeddingSimilarityEvaluator``, ``BinaryClassificationEvaluator``,
   ``ParaphraseMiningEvaluator``, ``TripletEvaluator``) run on an asymmetric model: warned (or raised in strict mode).
 
-:func:`st_magnitude.apply_similarity` installs the guard when it makes a model asymmetric; call
-:func:`install_symmetry_guard` yourself to get it earlier or in strict mode. It only ever warns/raises; it never
-changes a result.
+Opt-in. Without it, a converted model already refuses or flags role-less use without any patching: qnorm/dnorm
+models carry ST's ``Router`` with no default route, which raises on ``encode()`` without a task, and ``RoleNormalize``
+(learnable/fractional γ) warns with :class:`~st_magnitude.AsymmetricSimilarityWarning` from its own ``forward``.
+What only the guard adds is the check on ST's symmetric *evaluators*, and strict mode.
+
+Its cost: :func:`install_symmetry_guard` replaces ``SentenceTransformer.encode`` and the four evaluators'
+``__call__`` process-wide (a monkeypatch), inspects the caller's frame on each role-less ``encode``, and may break
+with a sentence-transformers upgrade or with another library that patches the same methods. Call
+:func:`uninstall_symmetry_guard` to restore the originals. It only ever warns/raises; it never changes a result.
 """
 
 from __future__ import annotations

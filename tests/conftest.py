@@ -150,3 +150,14 @@ def beir_dir() -> Path:
     if not (BEIR_DIR / "scifact" / "corpus.jsonl").is_file():
         pytest.skip(f"real data missing: {BEIR_DIR} (set ST_MAGNITUDE_DATA to the shared data folder)")
     return BEIR_DIR
+
+
+@pytest.fixture(autouse=True)
+def _st_left_unpatched():
+    """Every test leaves sentence-transformers as it found it (the opt-in symmetry guard patches ST methods)."""
+    yield
+    from st_magnitude.guard import symmetry_guard_installed, uninstall_symmetry_guard
+
+    if symmetry_guard_installed():
+        uninstall_symmetry_guard()
+        pytest.fail("the test installed the symmetry guard and did not uninstall it")

@@ -29,8 +29,55 @@ def _fresh_guard():
     uninstall_symmetry_guard()
 
 
+def _st_methods():
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import evaluation as ev
+
+    names = ("EmbeddingSimilarityEvaluator", "BinaryClassificationEvaluator", "ParaphraseMiningEvaluator")
+    return {"encode": SentenceTransformer.encode, **{n: getattr(ev, n).__call__ for n in names}}
+
+
+@pytest.mark.parametrize("name", ["qnorm", "dnorm", "learnable"])
+def test_apply_similarity_patches_nothing(tiny_model, name):
+    """apply_similarity used to install the guard (a process-wide monkeypatch) as a side effect."""
+    from st_magnitude.guard import symmetry_guard_installed
+
+    before = _st_methods()
+    apply_similarity(tiny_model, name, warn_on_strip=False)
+    assert _st_methods() == before
+    assert not getattr(_st_methods()["encode"], "_st_magnitude_guard", False)
+    assert not symmetry_guard_installed()
+
+
+@pytest.mark.parametrize("name", ["qnorm", "dnorm"])
+def test_router_model_refuses_roleless_encode_without_patching(tiny_model, name):
+    """Stock ST's Router without a default route raises on encode() without a task (paper 000 Prop. 2.1)."""
+    apply_similarity(tiny_model, name, warn_on_strip=False)
+    with pytest.raises(ValueError, match="Could not determine route"):
+        tiny_model.encode(S1)
+    tiny_model.encode_query(S1)  # roles given: fine
+    tiny_model.encode_document(S2)
+
+
+def test_role_normalize_warns_once_without_patching(tiny_model):
+    """A RoleNormalize model (learnable / fractional γ) warns from its own forward when no role arrives."""
+    apply_similarity(tiny_model, "learnable", warn_on_strip=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AsymmetricSimilarityWarning)
+        tiny_model.encode(S1)  # γq = γd at init: symmetric, no warning
+    apply_similarity(tiny_model, LearnableSimilarity(init_gamma=(0.2, 0.9)), warn_on_strip=False)
+    with pytest.warns(AsymmetricSimilarityWarning, match=r"RoleNormalize: encode\(\) without a query/document role"):
+        tiny_model.encode(S1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AsymmetricSimilarityWarning)
+        tiny_model.encode(S1)  # once per module
+        tiny_model.encode_query(S1)  # roles given: never warns
+        tiny_model.encode_document(S2)
+
+
 def test_sts_evaluator_on_asymmetric_model_warns(tiny_model):
-    apply_similarity(tiny_model, "qnorm", warn_on_strip=False)  # installs the guard
+    apply_similarity(tiny_model, "qnorm", warn_on_strip=False, portable=False)  # the Router would raise first
+    install_symmetry_guard()  # opt-in
     evaluator = EmbeddingSimilarityEvaluator(S1, S2, SCORES, name="sts")
     with pytest.warns(AsymmetricSimilarityWarning, match="EmbeddingSimilarityEvaluator is a symmetric evaluation"):
         evaluator(tiny_model)
@@ -49,9 +96,10 @@ def test_strict_mode_raises_and_symmetric_models_pass(tiny_model, tiny_model_raw
         evaluator(tiny_model)
 
 
-def test_encode_without_role_warns_once(tiny_model):
-    apply_similarity(tiny_model, "dnorm", warn_on_strip=False)
-    with pytest.warns(AsymmetricSimilarityWarning, match="without a query/document role"):
+def test_guard_encode_without_role_warns_once(tiny_model):
+    apply_similarity(tiny_model, "dnorm", warn_on_strip=False, portable=False)  # RoleNormalize: document default
+    install_symmetry_guard()
+    with pytest.warns(AsymmetricSimilarityWarning, match="encode\\(\\) was called without a query/document role"):
         tiny_model.encode(S1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", AsymmetricSimilarityWarning)

@@ -3,34 +3,7 @@ cross-evaluation, and a markdown + PNG report (:func:`diagnose`, CLI ``st-magnit
 
 from __future__ import annotations
 
-from st_magnitude.diagnostics.cross_eval import (
-    EVAL_SIMILARITIES,
-    cross_evaluation,
-    cross_evaluation_from_embeddings,
-    format_matrix,
-)
-from st_magnitude.diagnostics.fim import (
-    KAPPA_MIN_PAIRS_PER_DIM,
-    ConditionNumberResult,
-    component_fim,
-    component_fim_table,
-    condition_number,
-    fisher_matrix,
-    kappa_min_pairs,
-    pair_gradients,
-    recommend_normalization,
-)
-from st_magnitude.diagnostics.norms import (
-    coefficient_of_variation,
-    cohens_d,
-    delta_cv,
-    doc_norm_cohens_d,
-    effect_size_band,
-    label_free_doc_norm_cohens_d,
-    norm_stats,
-    pseudo_relevant_from_results,
-)
-from st_magnitude.diagnostics.report import DatasetDiagnosis, Diagnosis, diagnose, kappa_pairs, run_kappa
+from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "EVAL_SIMILARITIES",
@@ -60,3 +33,32 @@ __all__ = [
     "recommend_normalization",
     "run_kappa",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".cross_eval": ("EVAL_SIMILARITIES", "cross_evaluation", "cross_evaluation_from_embeddings", "format_matrix"),
+        ".fim": (
+            "KAPPA_MIN_PAIRS_PER_DIM",
+            "ConditionNumberResult",
+            "component_fim",
+            "component_fim_table",
+            "condition_number",
+            "fisher_matrix",
+            "kappa_min_pairs",
+            "pair_gradients",
+            "recommend_normalization",
+        ),
+        ".norms": (
+            "coefficient_of_variation",
+            "cohens_d",
+            "delta_cv",
+            "doc_norm_cohens_d",
+            "effect_size_band",
+            "label_free_doc_norm_cohens_d",
+            "norm_stats",
+            "pseudo_relevant_from_results",
+        ),
+        ".report": ("DatasetDiagnosis", "Diagnosis", "diagnose", "kappa_pairs", "run_kappa"),
+    },
+)

@@ -12,28 +12,7 @@
 
 from __future__ import annotations
 
-from st_magnitude.evaluation.auc import (
-    AUCPools,
-    PooledAUCEvaluator,
-    per_query_auc,
-    plot_roc,
-    pooled_auc_pools,
-    pooled_auc_score,
-)
-from st_magnitude.evaluation.contrastive_entropy import (
-    ContrastiveEntropyEvaluator,
-    contrastive_entropy,
-    sample_negatives,
-)
-from st_magnitude.evaluation.dual import DualSimilarityEvaluator, MagnitudeCollapseDetected
-from st_magnitude.evaluation.ir import (
-    RoleIREvaluator,
-    doc_texts,
-    encode_roles,
-    exact_search,
-    resolve_score_fn,
-    retrieval_metrics,
-)
+from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "AUCPools",
@@ -54,3 +33,27 @@ __all__ = [
     "contrastive_entropy",
     "sample_negatives",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".auc": (
+            "AUCPools",
+            "PooledAUCEvaluator",
+            "per_query_auc",
+            "plot_roc",
+            "pooled_auc_pools",
+            "pooled_auc_score",
+        ),
+        ".contrastive_entropy": ("ContrastiveEntropyEvaluator", "contrastive_entropy", "sample_negatives"),
+        ".dual": ("DualSimilarityEvaluator", "MagnitudeCollapseDetected"),
+        ".ir": (
+            "RoleIREvaluator",
+            "doc_texts",
+            "encode_roles",
+            "exact_search",
+            "resolve_score_fn",
+            "retrieval_metrics",
+        ),
+    },
+)

@@ -19,108 +19,27 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from scipy.stats import rankdata
 from torch import Tensor
 
-from st_magnitude.evaluation.ir import (
-    RoleIREvaluator,
+from st_magnitude.evaluation._retrieval import (  # the pooled-AUC math lives below ir (no ir <-> auc cycle)
+    AUCPools,
     ScoreFn,
     _append_csv,
-    _query_chunks,
-    _score,
     encode_roles,
+    per_query_auc,
+    pooled_auc_pools,
+    pooled_auc_score,
     resolve_score_fn,
 )
+from st_magnitude.evaluation.ir import RoleIREvaluator
 from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["AUCPools", "PooledAUCEvaluator", "per_query_auc", "plot_roc", "pooled_auc_pools", "pooled_auc_score"]
-
-
-@dataclass
-class AUCPools:
-    """Positive and negative scores with the index of the query each came from."""
-
-    positives: np.ndarray
-    negatives: np.ndarray
-    positive_query: np.ndarray
-    negative_query: np.ndarray
-
-
-def pooled_auc_pools(
-    query_embeddings: Tensor,
-    corpus_embeddings: Tensor,
-    query_ids: Sequence[str],
-    corpus_ids: Sequence[str],
-    qrels: dict[str, dict[str, int]],
-    score_fn: ScoreFn | None = None,
-    *,
-    n_negatives: int = 500,
-    ignore_identical_ids: bool = True,
-) -> AUCPools:
-    """Score every query against the whole corpus; keep all positives and the top ``n_negatives`` non-positives."""
-    if n_negatives <= 0:
-        raise ValueError(f"n_negatives must be positive, got {n_negatives}")
-    if len(corpus_ids) == 0:
-        raise ValueError("The corpus is empty: pooled AUC needs at least one document.")
-    score_fn = score_fn or (lambda q, d: q @ d.T)
-    pos_of = {cid: i for i, cid in enumerate(corpus_ids)}
-    pos, neg, pos_q, neg_q = [], [], [], []
-    chunks = _query_chunks(len(query_ids), len(corpus_ids), None)
-    for start in chunks:
-        stop = min(start + chunks.step, len(query_ids))
-        scores = _score(score_fn, query_embeddings[start:stop], corpus_embeddings)
-        masked = scores.clone()
-        for row, qid in enumerate(query_ids[start:stop]):
-            rel = [pos_of[d] for d, g in qrels.get(qid, {}).items() if g > 0 and d in pos_of]
-            if rel:
-                idx = torch.tensor(rel)
-                pos.append(scores[row, idx].numpy())
-                pos_q.append(np.full(len(rel), start + row))
-                masked[row, idx] = -torch.inf
-            # known positives are not negatives (paper 001); neither is the query's own id (BEIR convention)
-            if ignore_identical_ids and qid in pos_of:
-                masked[row, pos_of[qid]] = -torch.inf
-        n_avail = (masked > -torch.inf).sum(dim=1)
-        k = min(n_negatives, masked.shape[1])
-        vals, _ = torch.topk(masked, k, dim=1)
-        for row in range(stop - start):
-            m = int(min(k, n_avail[row]))
-            neg.append(vals[row, :m].numpy())
-            neg_q.append(np.full(m, start + row))
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
-    return AUCPools(cat(pos), cat(neg), cat(pos_q).astype(int), cat(neg_q).astype(int))
-
-
-def pooled_auc_score(positives: np.ndarray, negatives: np.ndarray) -> float:
-    """Mann–Whitney AUC of positives vs negatives (ties ½); equals ``sklearn.metrics.roc_auc_score``."""
-    positives, negatives = np.asarray(positives, dtype=np.float64), np.asarray(negatives, dtype=np.float64)
-    n_p, n_n = len(positives), len(negatives)
-    if n_p == 0 or n_n == 0:
-        raise ValueError(f"AUC needs at least one positive and one negative score, got {n_p} and {n_n}.")
-    ranks = rankdata(np.concatenate([positives, negatives]))  # average ranks for ties
-    u = ranks[:n_p].sum() - n_p * (n_p + 1) / 2.0
-    return float(u / (n_p * n_n))
-
-
-def per_query_auc(pools: AUCPools) -> float:
-    """Mean over queries (with ≥ 1 positive and ≥ 1 negative) of the per-query AUC — the shift-invariant control."""
-    aucs = []
-    for q in np.unique(pools.positive_query):
-        p = pools.positives[pools.positive_query == q]
-        n = pools.negatives[pools.negative_query == q]
-        if len(p) and len(n):
-            aucs.append(pooled_auc_score(p, n))
-    if not aucs:
-        raise ValueError("No query has both a positive and a negative score.")
-    return float(np.mean(aucs))
 
 
 def plot_roc(curves: dict[str, AUCPools], path: str | os.PathLike, title: str = "Pooled ROC (paper 001 §6)") -> str:

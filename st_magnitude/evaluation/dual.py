@@ -20,7 +20,8 @@ from typing import Any
 from torch import Tensor
 
 from st_magnitude._warnings import MagnitudeCollapseWarning
-from st_magnitude.evaluation.ir import RoleIREvaluator, _append_csv
+from st_magnitude.evaluation._retrieval import _append_csv
+from st_magnitude.evaluation.ir import RoleIREvaluator
 from st_magnitude.similarity import get_similarity
 
 logger = logging.getLogger(__name__)

@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,7 +26,15 @@ from sentence_transformers.sentence_transformer.evaluation import SentenceEvalua
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from st_magnitude.similarity import Similarity, get_similarity
+from st_magnitude.evaluation._retrieval import (  # shared with auc/dual; re-exported here
+    ScoreFn,
+    _append_csv,
+    _query_chunks,
+    _score,
+    encode_roles,
+    resolve_score_fn,
+)
+from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +46,6 @@ __all__ = [
     "resolve_score_fn",
     "retrieval_metrics",
 ]
-
-ScoreFn = Callable[[Tensor, Tensor], Tensor]
-
-#: scores per query chunk kept in memory at once (query_chunk × corpus floats)
-_MAX_CHUNK_ELEMENTS = 1 << 25
 
 
 def doc_texts(corpus: dict[str, Any], ids: Sequence[str], sep: str = " ") -> list[str]:
@@ -58,66 +60,6 @@ def doc_texts(corpus: dict[str, Any], ids: Sequence[str], sep: str = " ") -> lis
         text = doc.get("text") or ""
         out.append((title + sep + text).strip() if title else text.strip())
     return out
-
-
-def encode_roles(
-    model,
-    queries: Sequence[str],
-    documents: Sequence[str],
-    *,
-    batch_size: int = 32,
-    show_progress_bar: bool | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Encode queries with ``encode_query`` and documents with ``encode_document``; float32 CPU tensors."""
-    if len(documents) == 0:
-        raise ValueError("The corpus is empty: retrieval evaluation needs at least one document.")
-    if len(queries) == 0:
-        raise ValueError("No queries to evaluate.")
-    kw = {"batch_size": batch_size, "convert_to_tensor": True, "show_progress_bar": show_progress_bar}
-    q = model.encode_query(list(queries), **kw)
-    d = model.encode_document(list(documents), **kw)
-    return q.detach().float().cpu(), d.detach().float().cpu()
-
-
-def resolve_score_fn(model, similarity: str | Similarity | ScoreFn | None = None) -> tuple[ScoreFn, str]:
-    """The scoring function and a description of it.
-
-    ``None`` → the model's own ``model.similarity`` (for converted models "dot" on role-specific outputs).
-    A name or :class:`~st_magnitude.similarity.Similarity` → that family member, applied to the model's outputs
-    (queries first). Any other callable ``fn(Q[B, n], D[M, n]) -> [B, M]`` is used as is.
-    """
-    if similarity is None:
-        name = getattr(model, "similarity_fn_name", None) or "model"
-        return model.similarity, f"model.similarity ({name})"
-    if isinstance(similarity, (str, Similarity)):
-        sim = get_similarity(similarity)
-        return sim, f"{sim.name} (γq={sim.gamma_query:g}, γd={sim.gamma_document:g})"
-    if callable(similarity):
-        return similarity, getattr(similarity, "__name__", type(similarity).__name__)
-    raise TypeError(f"similarity must be None, a similarity name, a Similarity or a callable; got {similarity!r}")
-
-
-def _score(score_fn: ScoreFn, q: Tensor, d: Tensor) -> Tensor:
-    with torch.no_grad():
-        s = score_fn(q, d)
-    if not isinstance(s, Tensor):
-        s = torch.as_tensor(s)
-    s = s.float()
-    if torch.isnan(s).any():
-        n = int(torch.isnan(s).sum())
-        warnings.warn(
-            f"{n} NaN retrieval score(s): the embeddings contain NaN/inf (a collapsed or diverged model?). "
-            "They are ranked last.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        s = torch.where(torch.isnan(s), torch.full_like(s, -math.inf), s)
-    return s
-
-
-def _query_chunks(n_queries: int, n_docs: int, query_chunk_size: int | None) -> range:
-    size = query_chunk_size or max(1, min(n_queries, _MAX_CHUNK_ELEMENTS // max(1, n_docs)))
-    return range(0, n_queries, size)
 
 
 def exact_search(
@@ -326,7 +268,7 @@ class RoleIREvaluator(SentenceEvaluator):
             ignore_identical_ids=self.ignore_identical_ids,
         )
         if self.pooled_auc:
-            from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
+            from st_magnitude.evaluation._retrieval import per_query_auc, pooled_auc_pools, pooled_auc_score
 
             pools = pooled_auc_pools(
                 query_embeddings,
@@ -371,15 +313,6 @@ def _normalise_qrels(relevant_docs: dict[str, Any]) -> dict[str, dict[str, int]]
         else:
             out[str(q)] = {str(d): 1 for d in rel}
     return {q: r for q, r in out.items() if any(s > 0 for s in r.values())}
-
-
-def _append_csv(path: str, epoch: int, steps: int, metrics: dict[str, float]) -> None:
-    keys = sorted(metrics)
-    new = not os.path.isfile(path)
-    with open(path, "a", encoding="utf-8") as f:
-        if new:
-            f.write(",".join(["epoch", "steps", *keys]) + "\n")
-        f.write(",".join([str(epoch), str(steps), *(f"{metrics[k]:.6f}" for k in keys)]) + "\n")
 
 
 def per_query_metrics(

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
-from st_magnitude.experiments.compare import PROFILES, CompareConfig, run_compare
+from st_magnitude._lazy import lazy_exports
 
 __all__ = ["PROFILES", "CompareConfig", "run_compare"]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".compare": ("PROFILES", "CompareConfig", "run_compare"),
+    },
+)

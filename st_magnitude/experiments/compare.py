@@ -37,10 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from st_magnitude._similarity_names import similarity_names, validate_similarity_name  # torch-free
 from st_magnitude.experiments.lock import OutputLock
-from st_magnitude.similarity import get_similarity, similarity_names, validate_similarity_name
 
 logger = logging.getLogger(__name__)
 
@@ -406,6 +404,8 @@ class _TrainProgress:
         return cls(**saved["attributes"])
 
     def record(self, module, inputs, output) -> None:  # forward hook on the loss module
+        import torch
+
         # a loss may return named parts (L2Dir: infonce + infotn): the Trainer optimises their sum, so record that
         value = torch.stack([v.detach() for v in output.values()]).sum() if isinstance(output, dict) else output
         self.loss_sum += float(value.detach())
@@ -588,10 +588,13 @@ def evaluate_model(model, eval_sets: list[EvalSet], batch_size: int = 64) -> tup
     Encodes once with the *raw* backbone and applies the model's role rescaling φ_γ with the family math: by
     construction (and checked here on a few texts) this equals ``encode_query`` / ``encode_document``.
     """
+    import torch
+
     from st_magnitude.convert import model_similarity
     from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
     from st_magnitude.evaluation.ir import encode_roles, exact_search, per_query_metrics, retrieval_metrics
     from st_magnitude.integrations.models import raw_model
+    from st_magnitude.similarity import get_similarity
 
     sim = model_similarity(model)
     if sim is None:
@@ -640,6 +643,8 @@ def _atomic_json(path: Path, obj: Any) -> None:
 
 def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
     """Run (or resume) the comparison; returns ``{"rows": [...], "kappa": {...}, "output_dir": ...}``."""
+    import torch
+
     validate(config)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(config.output_dir)
@@ -719,6 +724,8 @@ def _run_locked(
     pairs: dict,
     log,
 ) -> dict[str, Any]:
+    import torch
+
     cfg_path = out / "config.json"
     _check_fingerprint(out, config)
     _atomic_json(

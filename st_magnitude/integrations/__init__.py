@@ -5,16 +5,7 @@ mteb is imported lazily (it needs Python >= 3.11 and is slow to import)."""
 
 from __future__ import annotations
 
-from st_magnitude.integrations.beir import (
-    PrecomputedAdapter,
-    STQueryDocAdapter,
-    beir_evaluate,
-    beir_search,
-    make_beir_retriever,
-)
-from st_magnitude.integrations.data import BEIRData, doc_text, load_beir, subsample, validate_retrieval_data
-from st_magnitude.integrations.evaluate import evaluate_folders, evaluate_model
-from st_magnitude.integrations.models import describe_similarity, has_roles, load_model, raw_model, require_roles
+from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "BEIRData",
@@ -35,3 +26,13 @@ __all__ = [
     "subsample",
     "validate_retrieval_data",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".beir": ("PrecomputedAdapter", "STQueryDocAdapter", "beir_evaluate", "beir_search", "make_beir_retriever"),
+        ".data": ("BEIRData", "doc_text", "load_beir", "subsample", "validate_retrieval_data"),
+        ".evaluate": ("evaluate_folders", "evaluate_model"),
+        ".models": ("describe_similarity", "has_roles", "load_model", "raw_model", "require_roles"),
+    },
+)

@@ -39,7 +39,7 @@ def similarity_names(purpose: str = "carry") -> tuple[str, ...]:
     ``"rescore"``: those with fixed γ (``evaluate --similarity``: learnable has no γ of its own);
     ``"any"``: every registered name (``tn`` included).
     """
-    from st_magnitude import similarity as registry
+    from st_magnitude import _similarity_names as registry  # torch-free (re-exported by st_magnitude.similarity)
 
     if purpose == "carry":
         return registry.similarity_names(carriable=True)
@@ -55,7 +55,7 @@ def similarity_arg(purpose: str = "carry"):
     names = similarity_names(purpose)
 
     def parse(text: str) -> str:
-        from st_magnitude.similarity import validate_similarity_name
+        from st_magnitude._similarity_names import validate_similarity_name
 
         try:
             name = validate_similarity_name(text)

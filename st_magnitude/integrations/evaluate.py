@@ -22,17 +22,18 @@ TABLE_COLUMNS = ("ndcg@10", "recall@100", "mrr@10", "pooled_auc", "per_query_auc
 
 def _rescoring_similarity(similarity: str | Similarity) -> Similarity:
     """The similarity to rescore raw embeddings with; only fixed per-role rescalings qualify (not tn)."""
-    from st_magnitude.integrations.cli import similarity_names
+    from st_magnitude.similarity import similarity_names  # the registry (the CLI's "rescore" names)
 
+    rescore = similarity_names(fixed_gammas=True)
     sim = get_similarity(similarity)
     try:
-        ok = sim.name in similarity_names("rescore") if isinstance(similarity, str) else sim.gamma_query >= 0
+        ok = sim.name in rescore if isinstance(similarity, str) else sim.gamma_query >= 0
     except ValueError:  # e.g. tn: no γ
         ok = False
     if not ok:
         raise ValueError(
             f"similarity {sim.name!r} cannot rescore raw embeddings (it is not a fixed per-role rescaling); "
-            f"choose from {', '.join(similarity_names('rescore'))}."
+            f"choose from {', '.join(rescore)}."
         )
     return sim
 

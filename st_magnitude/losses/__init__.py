@@ -14,18 +14,7 @@ similarity it carries.
 
 from __future__ import annotations
 
-from st_magnitude.losses._common import LossSimilarityWarning
-from st_magnitude.losses.l2dir import PAPER_TEMPERATURES, CachedL2DirLoss, InfoTNCollapseWarning, InfoTNLoss, L2DirLoss
-from st_magnitude.losses.margin_contrastive import (
-    BertRecipeLoss,
-    EttinRecipeLoss,
-    MagnitudeMatryoshkaLoss,
-    MarginContrastiveLoss,
-    teacher_scores,
-)
-from st_magnitude.losses.mw import CachedMWLoss, MWLoss, pairwise_softplus_sum
-from st_magnitude.losses.partial_norm_infonce import CachedPartialNormInfoNCELoss, PartialNormInfoNCELoss
-from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss
+from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "PAPER_TEMPERATURES",
@@ -47,3 +36,21 @@ __all__ = [
     "pairwise_softplus_sum",
     "teacher_scores",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "._common": ("LossSimilarityWarning",),
+        ".l2dir": ("PAPER_TEMPERATURES", "CachedL2DirLoss", "InfoTNCollapseWarning", "InfoTNLoss", "L2DirLoss"),
+        ".margin_contrastive": (
+            "BertRecipeLoss",
+            "EttinRecipeLoss",
+            "MagnitudeMatryoshkaLoss",
+            "MarginContrastiveLoss",
+            "teacher_scores",
+        ),
+        ".mw": ("CachedMWLoss", "MWLoss", "pairwise_softplus_sum"),
+        ".partial_norm_infonce": ("CachedPartialNormInfoNCELoss", "PartialNormInfoNCELoss"),
+        ".revela": ("RevelaLMCheckpointCallback", "RevelaLoss"),
+    },
+)

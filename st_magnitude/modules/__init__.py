@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from st_magnitude.modules.dimension_projection import (
-    DimensionProjection,
-    ProjectionActivationWarning,
-    add_dimension_projection,
-    check_projection,
-    dimension_grid,
-    truncate_embeddings,
-)
-from st_magnitude.modules.nap_head import NAPHead, NAPInputTap
-from st_magnitude.modules.role_normalize import ROLES, RoleNormalize
+from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "ROLES",
@@ -25,3 +16,19 @@ __all__ = [
     "dimension_grid",
     "truncate_embeddings",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".dimension_projection": (
+            "DimensionProjection",
+            "ProjectionActivationWarning",
+            "add_dimension_projection",
+            "check_projection",
+            "dimension_grid",
+            "truncate_embeddings",
+        ),
+        ".nap_head": ("NAPHead", "NAPInputTap"),
+        ".role_normalize": ("ROLES", "RoleNormalize"),
+    },
+)

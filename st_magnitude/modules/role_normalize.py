@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import Any
 
 import torch
 from sentence_transformers.base.modules import Module
 from torch import Tensor, nn
 
+from st_magnitude._warnings import AsymmetricSimilarityWarning
 from st_magnitude.modules._io import load_module
 from st_magnitude.similarity import DEFAULT_EPS, LearnableSimilarity, PowerNormSimilarity, Similarity, phi
 
@@ -93,6 +95,7 @@ class RoleNormalize(Module):
         else:
             self._fixed = (float(gamma_query), float(gamma_document))
         self._warned_no_role = False
+        self._warned_asymmetric = False
 
     # config values are read from the live parameters, so a saved config holds the trained γ
     @property
@@ -143,19 +146,19 @@ class RoleNormalize(Module):
                 )
                 self._warned_no_role = True
             return features
-        if task is None and not self.symmetric and not self._warned_no_role:
-            # debug only: the user-facing warning is the symmetry guard's (st_magnitude.guard), which knows whether
-            # encode() was called by the user or by ST itself (e.g. model-card widget examples on save)
-            logger.debug(
-                "RoleNormalize: no query/document role was given, so inputs are treated as %ss. This model's "
-                "similarity is asymmetric (gamma_query=%.3f, gamma_document=%.3f): use encode_query/encode_document. "
-                "Asymmetric similarities are not valid for symmetric tasks such as STS or clustering "
-                "(paper 000 Prop. 2.1).",
-                self.default_role,
-                self.gamma_query,
-                self.gamma_document,
+        if task is None and not self.symmetric and not self._warned_asymmetric:
+            # the patch-free symmetry check: this module is where a role-less encode of an asymmetric model arrives
+            # (the model card encodes with roles: apply_similarity marks converted models as retrieval models)
+            warnings.warn(
+                f"RoleNormalize: encode() without a query/document role, so inputs are treated as "
+                f"{self.default_role}s, but this model's similarity is asymmetric (gamma_query="
+                f"{self.gamma_query:.3f}, gamma_document={self.gamma_document:.3f}): scores between these embeddings "
+                "are not the trained similarity. Use encode_query / encode_document; asymmetric similarities are not "
+                "valid for symmetric tasks such as STS or clustering (paper 000 Prop. 2.1). Warned once per module.",
+                AsymmetricSimilarityWarning,
+                stacklevel=2,
             )
-            self._warned_no_role = True
+            self._warned_asymmetric = True
         role = self.resolve_role(task)
         emb = features["sentence_embedding"]
         features["sentence_embedding"] = phi(emb, self.gamma_for(role), self.eps)

@@ -4,16 +4,7 @@ generated from (:mod:`.report`)."""
 
 from __future__ import annotations
 
-from st_magnitude.evaluation.stats import (
-    ArmComparison,
-    Interval,
-    combine_verdicts,
-    compare_arms,
-    paired_bootstrap,
-    paired_bootstrap_fn,
-    seed_interval,
-    verdict,
-)
+from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "ArmComparison",
@@ -25,3 +16,19 @@ __all__ = [
     "seed_interval",
     "verdict",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "st_magnitude.evaluation.stats": (
+            "ArmComparison",
+            "Interval",
+            "combine_verdicts",
+            "compare_arms",
+            "paired_bootstrap",
+            "paired_bootstrap_fn",
+            "seed_interval",
+            "verdict",
+        ),
+    },
+)

@@ -7,28 +7,7 @@ Public API::
 
 from __future__ import annotations
 
-from st_magnitude.scaling.cost import (
-    SCORING_MODES,
-    Allocation,
-    allocate,
-    budget_curve,
-    encoding_flops,
-    index_bytes,
-    optimal_allocation,
-    scoring_flops,
-)
-from st_magnitude.scaling.fit import (
-    PAPER_DIMENSION_LAWS,
-    PAPER_JOINT_LAWS,
-    DimensionLawFit,
-    JointLawFit,
-    dimension_law,
-    extrapolation_check,
-    fit_dimension_law,
-    fit_joint_law,
-    joint_law,
-    r_squared,
-)
+from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "PAPER_DIMENSION_LAWS",
@@ -50,3 +29,31 @@ __all__ = [
     "r_squared",
     "scoring_flops",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".cost": (
+            "SCORING_MODES",
+            "Allocation",
+            "allocate",
+            "budget_curve",
+            "encoding_flops",
+            "index_bytes",
+            "optimal_allocation",
+            "scoring_flops",
+        ),
+        ".fit": (
+            "PAPER_DIMENSION_LAWS",
+            "PAPER_JOINT_LAWS",
+            "DimensionLawFit",
+            "JointLawFit",
+            "dimension_law",
+            "extrapolation_check",
+            "fit_dimension_law",
+            "fit_joint_law",
+            "joint_law",
+            "r_squared",
+        ),
+    },
+)

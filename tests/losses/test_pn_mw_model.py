@@ -34,11 +34,18 @@ SENTS = [
 
 
 def batch(model, n_cols: int = 3, size: int = 4) -> list[dict]:
-    """Column c holds SENTS rotated by c: distinct texts per column, positives differ from each other."""
+    """Column c holds SENTS rotated by c: distinct texts per column, positives differ from each other.
+
+    A model with a ``Router`` (qnorm/dnorm, no default route) is tokenized per role, as the Trainer's collator does
+    with ``router_mapping``: column 0 as queries, the others as documents.
+    """
+    from sentence_transformers.base.modules import Router
+
     cols = []
     for c in range(n_cols):
         texts = [SENTS[(i + c) % len(SENTS)] + " " + ("study " * c) for i in range(size)]
-        cols.append(model.preprocess(texts))
+        role = {"task": "query" if c == 0 else "document"} if isinstance(model[0], Router) else {}
+        cols.append(model.preprocess(texts, **role))
     return cols
 
 
