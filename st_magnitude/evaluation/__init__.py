@@ -8,6 +8,9 @@
 
 * :class:`ContrastiveEntropyEvaluator` — cross-entropy of each (query, positive) against 256 uniformly sampled
   corpus passages (paper 003 §3.6.1), seeded.
+
+* Search at scale: :func:`topk_search` / :func:`exact_search` (one corpus pass, running top-k), embeddings on disk
+  (:class:`EmbeddingStore`, :func:`encode_to_store`), optional faiss inner-product backend (:func:`ann_search`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from st_magnitude.evaluation.contrastive_entropy import (
     sample_negatives,
 )
 from st_magnitude.evaluation.dual import DualSimilarityEvaluator, MagnitudeCollapseDetected
+from st_magnitude.evaluation.embeddings_store import EmbeddingStore, encode_to_store
 from st_magnitude.evaluation.ir import (
     RoleIREvaluator,
     doc_texts,
@@ -34,6 +38,7 @@ from st_magnitude.evaluation.ir import (
     resolve_score_fn,
     retrieval_metrics,
 )
+from st_magnitude.evaluation.search import ann_search, build_faiss_index, search_recall, topk_search
 
 __all__ = [
     "AUCPools",
@@ -53,4 +58,10 @@ __all__ = [
     "retrieval_metrics",
     "contrastive_entropy",
     "sample_negatives",
+    "EmbeddingStore",
+    "encode_to_store",
+    "topk_search",
+    "ann_search",
+    "build_faiss_index",
+    "search_recall",
 ]
