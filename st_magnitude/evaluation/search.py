@@ -335,22 +335,20 @@ def results_from_topk(
     vals, idx = values.tolist(), indices.tolist()
     results: dict[str, dict[str, float]] = {}
     duplicates = 0
+    short = bool((indices < 0).any())  # faiss pads with -1 when it finds fewer than k
     for row, qid in enumerate(query_ids):
-        hits: dict[str, float] = {}
-        n_kept = 0
-        for j, v in zip(idx[row], vals[row]):
-            if j < 0:  # faiss: fewer than k results
-                continue
-            cid = corpus_ids[j]
-            if ignore_identical_ids and cid == qid:
-                continue
-            if n_kept == top_k:
-                break
-            n_kept += 1
-            if cid in hits:
-                duplicates += 1
-                continue
-            hits[cid] = v
+        cols, scores = idx[row], vals[row]
+        if short:
+            scores = [v for j, v in zip(cols, scores) if j >= 0]
+            cols = [j for j in cols if j >= 0]
+        hit_ids = [corpus_ids[j] for j in cols]
+        if ignore_identical_ids and qid in hit_ids:
+            keep = [c != qid for c in hit_ids]
+            hit_ids = [c for c, ok in zip(hit_ids, keep) if ok]
+            scores = [v for v, ok in zip(scores, keep) if ok]
+        hit_ids, scores = hit_ids[:top_k], scores[:top_k]
+        hits = dict(zip(hit_ids, scores))
+        duplicates += len(hit_ids) - len(hits)
         results[qid] = hits
     if duplicates:
         warnings.warn(
