@@ -130,17 +130,23 @@ def _inner_product_transforms(score_fn: ScoreFn | None) -> tuple[Callable, Calla
 def _topk_ordered(values: Tensor, indices: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The first ``k`` of each row ordered by (value descending, index ascending).
 
-    A ``topk`` of k + 1 settles it when no two of those values are equal (the usual case); otherwise two sorts
-    (by index, then stably by value) give the total order.
+    A ``topk`` of k + 1 settles every row in which no two of those values are equal (the usual case); only rows with
+    equal values are re-ordered with two sorts (by index, then stably by value).
     """
     kk = min(k + 1, values.shape[1])
     top, perm = torch.topk(values, kk, dim=1)
-    if kk < 2 or not bool((top[:, 1:] == top[:, :-1]).any()):
+    if kk < 2:
         return top[:, :k], indices.gather(1, perm[:, :k])
-    indices, perm = torch.sort(indices, dim=1)
-    values = values.gather(1, perm)
-    values, perm = torch.sort(values, dim=1, descending=True, stable=True)
-    return values[:, :k], indices.gather(1, perm)[:, :k]
+    tied = (top[:, 1:] == top[:, :-1]).any(dim=1)
+    top, idx = top[:, :k], indices.gather(1, perm[:, :k])
+    if bool(tied.any()):
+        rows = tied.nonzero().squeeze(1)
+        sub_i, order = torch.sort(indices[rows], dim=1)
+        sub_v = values[rows].gather(1, order)
+        sub_v, order = torch.sort(sub_v, dim=1, descending=True, stable=True)
+        top[rows] = sub_v[:, :k]
+        idx[rows] = sub_i.gather(1, order)[:, :k]
+    return top, idx
 
 
 def _block_topk(scores: Tensor, k: int) -> tuple[Tensor, Tensor, int]:
@@ -171,28 +177,53 @@ def _block_topk(scores: Tensor, k: int) -> tuple[Tensor, Tensor, int]:
     return values, cols, n_nan
 
 
+#: columns per group whose maximum is compared with the cut first (one cheap pass instead of a full mask)
+_GROUP = 16
+
+
 def _candidates(scores: Tensor, cut: Tensor, start: int) -> tuple[Tensor, Tensor, int] | None:
     """Entries of ``scores`` above each row's current k-th best ``cut`` (and NaNs), padded to ``[rows, m]`` with −∞
     at position ``2**62``; ``None`` when there are too many for this to beat a ``topk``.
 
-    Entries equal to ``cut`` are left out: they come later in the corpus than the k-th entry kept so far, so they
-    lose the tie. NaN passes ``not (s <= cut)`` and is turned into −∞ (and counted) here.
+    One pass takes the maximum of every group of 64 columns (a strided view, no copy); only groups whose maximum
+    passes are looked at column by column. Entries equal to ``cut`` are left out: they come later in the corpus than
+    the k-th entry kept so far, so they lose the tie. NaN passes ``not (s <= cut)`` and is turned into −∞ (and
+    counted) here.
     """
-    mask = torch.le(scores, cut).logical_not_()
-    counts = mask.sum(dim=1, dtype=torch.int64 if mask.is_cuda else torch.int32)
-    widest = int(counts.max()) if counts.numel() else 0
-    if widest * 8 > scores.shape[1]:
-        return None
-    rows, cols = mask.nonzero(as_tuple=True)
-    values = scores[rows, cols]
+    n_rows, n_cols = scores.shape
+    n_groups = n_cols // _GROUP
+    device = scores.device
+    rows_list, cols_list, vals_list = [], [], []
+    if n_groups:
+        s0, s1 = scores.stride()
+        groups = scores.as_strided((n_rows, n_groups, _GROUP), (s0, _GROUP * s1, s1))
+        hit = torch.le(groups.amax(dim=2), cut).logical_not_().nonzero()  # [h, 2]: (row, group)
+        if hit.shape[0] * _GROUP * 4 > scores.numel():
+            return None
+        sub = groups[hit[:, 0], hit[:, 1]]  # [h, G]
+        keep = torch.le(sub, cut[hit[:, 0]]).logical_not_()
+        rows_list.append(hit[:, :1].expand(-1, _GROUP)[keep])
+        cols_list.append((hit[:, 1:] * _GROUP + torch.arange(_GROUP, device=device))[keep])
+        vals_list.append(sub[keep])
+    if n_groups * _GROUP < n_cols:
+        tail = scores[:, n_groups * _GROUP :]
+        r, c = torch.le(tail, cut).logical_not_().nonzero(as_tuple=True)
+        rows_list.append(r)
+        cols_list.append(c + n_groups * _GROUP)
+        vals_list.append(tail[r, c])
+    rows, cols, values = torch.cat(rows_list), torch.cat(cols_list), torch.cat(vals_list)
     nan = torch.isnan(values)
     n_nan = int(nan.sum())
     if n_nan:
         values = values.masked_fill(nan, -math.inf)
+    rows, order = torch.sort(rows, stable=True)
+    cols, values = cols[order], values[order]
+    counts = torch.bincount(rows, minlength=n_rows)
+    widest = int(counts.max()) if rows.numel() else 0
     offsets = torch.cumsum(counts, 0) - counts
-    pos = torch.arange(rows.numel(), device=scores.device) - offsets[rows]
-    out_v = torch.full((scores.shape[0], widest), -math.inf, dtype=values.dtype, device=scores.device)
-    out_i = torch.full((scores.shape[0], widest), 1 << 62, dtype=torch.int64, device=scores.device)
+    pos = torch.arange(rows.numel(), device=device) - offsets[rows]
+    out_v = torch.full((n_rows, widest), -math.inf, dtype=values.dtype, device=device)
+    out_i = torch.full((n_rows, widest), 1 << 62, dtype=torch.int64, device=device)
     out_v[rows, pos] = values
     out_i[rows, pos] = cols + start
     return out_v, out_i, n_nan
@@ -203,30 +234,31 @@ def _update(
 ) -> tuple[tuple[Tensor, Tensor], int]:
     """Merge one score block (columns = corpus rows ``start:``) into the running top k of its queries.
 
-    Only the first few thousand columns (or a block following a short state) go through ``torch.topk``; after that
-    the state holds k entries per query and the rest of the block is filtered against the k-th score, which few
-    entries beat (:func:`_candidates`); a ``topk`` is the fallback when many do.
+    The block is taken in segments: the first few thousand columns of the corpus through ``torch.topk``; after that
+    each query's k-th score is known and a segment (as long as everything seen so far, so about k entries per row
+    pass) is only filtered against it (:func:`_candidates`), with a ``topk`` as the fallback when many entries pass.
     """
     n_nan = 0
-    if state is None or state[0].shape[1] < k:
-        head = min(scores.shape[1], max(16 * k, 4096))
-        values, cols, n_nan = _block_topk(scores[:, :head], k)
-        cols += start
+    col, n_cols = 0, scores.shape[1]
+    while col < n_cols:
+        seen = start + col
+        if state is None or state[0].shape[1] < k:
+            stop = min(n_cols, col + max(16 * k, 4096))
+            found = None
+        else:
+            stop = min(n_cols, col + max(4096, seen))
+            found = _candidates(scores[:, col:stop], state[0][:, k - 1 :], seen)
+        if found is None:
+            values, cols, nan = _block_topk(scores[:, col:stop], k)
+            cols += seen
+        else:
+            values, cols, nan = found
+        n_nan += nan
         if state is not None:
             values, cols = torch.cat([state[0], values], 1), torch.cat([state[1], cols], 1)
         state = _topk_ordered(values, cols, k)
-        scores, start = scores[:, head:], start + head
-        if scores.shape[1] == 0:
-            return state, n_nan
-    if state[0].shape[1] == k:
-        found = _candidates(scores, state[0][:, k - 1 :], start)
-        if found is not None:
-            values, cols, nan = found
-            return _topk_ordered(torch.cat([state[0], values], 1), torch.cat([state[1], cols], 1), k), n_nan + nan
-    values, cols, nan = _block_topk(scores, k)
-    cols += start
-    values, cols = torch.cat([state[0], values], 1), torch.cat([state[1], cols], 1)
-    return _topk_ordered(values, cols, k), n_nan + nan
+        col = stop
+    return state, n_nan
 
 
 def topk_search(
