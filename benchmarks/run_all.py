@@ -33,7 +33,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "losses": (
         "bench_losses.py",
         ["--model", "auto", "--batch", "64", "--repeats", "3"]
-        + ["--mem-model", "auto", "--mem-batch", "256", "--mem-repeats", "2", "--mem-chunk-sizes", "0"],
+        + ["--mem-model", "auto", "--mem-batch", "128", "--mem-repeats", "2", "--mem-chunk-sizes", "0"],
         ["--model", "minilm", "--batch", "64", "--mem-model", "minilm", "--mem-batch", "1024"]
         + ["--mem-chunk-sizes", "0", "1048576"],
     ),
