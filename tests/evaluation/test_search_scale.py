@@ -275,7 +275,7 @@ def test_encode_to_store_with_st_multi_process_pool(tiny_model, sentences, tmp_p
 
 
 def test_faiss_inner_product_keeps_qnorm_scores():
-    pytest.importorskip("faiss")
+    pytest.importorskip("faiss", exc_type=ImportError)
     from st_magnitude.evaluation import ann_search
 
     # Given qnorm scoring on documents with very different norms
