@@ -10,6 +10,8 @@ Times are medians over ``--repeats`` alternating runs (after one warm-up each). 
 
     python benchmarks/bench_losses.py                       # MiniLM-L6 if installed, else the tiny model
     python benchmarks/bench_losses.py --mem-batch 4096      # the issue's size (MW is O(B^3) pairs: slow on CPU)
+    python benchmarks/bench_losses.py --skip-time --mem-model minilm --mem-batch 256 \
+        --mem-chunk-sizes 0 16384 65536 262144 1048576        # CachedMWLoss chunk_size sweep on a real model
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def load_model(kind: str, max_seq_length: int):
         name = "all-MiniLM-L6-v2"
     else:
         model = build_tiny_st(build_tiny_bert_dir(Path(tempfile.mkdtemp())), normalize=True)
-        name = "tiny BERT (hidden 32, 2 layers)"
+        name = "tiny BERT (hidden 32, 2 layers; not the goal model: its ratios are overhead-dominated)"
     model.max_seq_length = max_seq_length
     return model.train(), name
 
@@ -114,14 +116,14 @@ def bench_time(args) -> list[tuple[str, float, float, float | None]]:
     return rows
 
 
-def memory_child(which: str, batch: int, mini_batch: int, chunk_size: int | None) -> None:
+def memory_child(which: str, batch: int, mini_batch: int, chunk_size: int | None, kind: str, seq: int) -> None:
     """Run one cached training step in this process and print the peak RSS increase (MiB) as JSON."""
     from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
 
     from st_magnitude.losses import CachedMWLoss
 
     torch.manual_seed(0)
-    model = build_tiny_st(build_tiny_bert_dir(Path(tempfile.mkdtemp())), normalize=True).train()
+    model, _ = load_model(kind, seq)
     if which == "cached_mnrl":
         loss = CachedMultipleNegativesRankingLoss(model, mini_batch_size=mini_batch)
     else:
@@ -151,6 +153,7 @@ def _status_kib(key: str) -> int:
 
 def run_child(which: str, args, chunk_size: int | None) -> dict:
     cmd = [sys.executable, __file__, "--_memory-child", which, "--mem-batch", str(args.mem_batch)]
+    cmd += ["--mem-model", args.mem_model, "--max-seq-length", str(args.max_seq_length)]
     cmd += ["--mem-mini-batch", str(args.mem_mini_batch), "--threads", str(args.threads)]
     if chunk_size is not None:
         cmd += ["--mw-chunk-size", str(chunk_size)]
@@ -159,10 +162,14 @@ def run_child(which: str, args, chunk_size: int | None) -> dict:
 
 
 def bench_memory(args) -> list[tuple[str, float, float, float | None]]:
-    print(f"[memory] tiny model, effective batch {args.mem_batch}, mini_batch_size {args.mem_mini_batch}")
+    _, name = load_model(args.mem_model, args.max_seq_length)
+    print(
+        f"[memory] {name}, effective batch {args.mem_batch}, mini_batch_size {args.mem_mini_batch}, "
+        f"max_seq_length {args.max_seq_length}"
+    )
     ref = [run_child("cached_mnrl", args, None) for _ in range(args.mem_repeats)]
     rows = []
-    chunks = [None, 2**20]
+    chunks = [c or None for c in args.mem_chunk_sizes]
     for chunk in chunks:
         ours = [run_child("cached_mw", args, chunk) for _ in range(args.mem_repeats)]
         label = "chunk_size auto (default)" if chunk is None else f"chunk_size={chunk}"
@@ -187,6 +194,19 @@ def main() -> int:
     p.add_argument("--mem-mini-batch", type=int, default=32)
     p.add_argument("--mem-repeats", type=int, default=3)
     p.add_argument("--mw-chunk-size", type=int, default=None)
+    p.add_argument(
+        "--mem-model",
+        choices=["auto", "minilm", "tiny"],
+        default="tiny",
+        help="model of the memory comparison (tiny: the loss's own buffers dominate; minilm: a real step)",
+    )
+    p.add_argument(
+        "--mem-chunk-sizes",
+        type=int,
+        nargs="+",
+        default=[0, 2**20],
+        help="CachedMWLoss chunk_size values to compare (0 = the automatic default)",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip-time", action="store_true")
     p.add_argument("--skip-memory", action="store_true")
@@ -194,7 +214,14 @@ def main() -> int:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.memory_child:
-        memory_child(args.memory_child, args.mem_batch, args.mem_mini_batch, args.mw_chunk_size)
+        memory_child(
+            args.memory_child,
+            args.mem_batch,
+            args.mem_mini_batch,
+            args.mw_chunk_size,
+            args.mem_model,
+            args.max_seq_length,
+        )
         return 0
 
     rows = []

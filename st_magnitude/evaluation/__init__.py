@@ -8,6 +8,9 @@
 
 * :class:`ContrastiveEntropyEvaluator` — cross-entropy of each (query, positive) against 256 uniformly sampled
   corpus passages (paper 003 §3.6.1), seeded.
+
+* Search at scale: :func:`topk_search` / :func:`exact_search` (one corpus pass, running top-k), embeddings on disk
+  (:class:`EmbeddingStore`, :func:`encode_to_store`), optional faiss inner-product backend (:func:`ann_search`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ __all__ = [
     "retrieval_metrics",
     "contrastive_entropy",
     "sample_negatives",
+    "EmbeddingStore",
+    "encode_to_store",
+    "topk_search",
+    "ann_search",
+    "build_faiss_index",
+    "search_recall",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -47,6 +56,8 @@ __getattr__, __dir__ = lazy_exports(
         ),
         ".contrastive_entropy": ("ContrastiveEntropyEvaluator", "contrastive_entropy", "sample_negatives"),
         ".dual": ("DualSimilarityEvaluator", "MagnitudeCollapseDetected"),
+        ".embeddings_store": ("EmbeddingStore", "encode_to_store"),
+        ".search": ("ann_search", "build_faiss_index", "search_recall", "topk_search"),
         ".ir": (
             "RoleIREvaluator",
             "doc_texts",

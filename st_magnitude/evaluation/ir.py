@@ -3,8 +3,10 @@
 * Queries are encoded with ``model.encode_query`` and documents with ``model.encode_document`` (ST task routing),
   and scored with ``model.similarity`` — for a model converted by :func:`st_magnitude.apply_similarity` that is a
   plain dot product of φ_γq(q) and φ_γd(d), i.e. exactly the similarity it was trained with (digest 000 §2.2).
-* :func:`exact_search` is a chunked matmul + ``torch.topk`` over the whole corpus (one ``topk`` per query chunk, no
-  Python heap), with a tqdm bar; ``benchmarks/bench_search.py`` compares it with BEIR's ``DenseRetrievalExactSearch``.
+* :func:`exact_search` reads the corpus once in chunks (tensor, numpy memmap or ``.npy`` file), scoring each chunk
+  with one matmul and keeping a running ``torch.topk`` per query (no Python heap, no per-corpus id lookup), with a
+  tqdm bar; ``benchmarks/bench_search.py`` compares it with BEIR's ``DenseRetrievalExactSearch`` and
+  ``benchmarks/bench_scale.py`` with plain torch at 10k–1M documents.
 * Metrics are never hand-written: nDCG/Recall/MAP/P come from pytrec_eval through BEIR's
   ``EvaluateRetrieval.evaluate`` and MRR from ``EvaluateRetrieval.evaluate_custom(metric="mrr")``.
 
@@ -16,7 +18,6 @@ and mteb (by default) keep it; our mteb local tasks set ``ignore_identical_ids=T
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -24,16 +25,14 @@ from typing import Any
 import torch
 from sentence_transformers.sentence_transformer.evaluation import SentenceEvaluator
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from st_magnitude.evaluation._retrieval import (  # shared with auc/dual; re-exported here
     ScoreFn,
     _append_csv,
-    _query_chunks,
-    _score,
     encode_roles,
     resolve_score_fn,
 )
+from st_magnitude.evaluation.search import CorpusLike, as_corpus, results_from_topk, topk_search
 from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
@@ -64,7 +63,7 @@ def doc_texts(corpus: dict[str, Any], ids: Sequence[str], sep: str = " ") -> lis
 
 def exact_search(
     query_embeddings: Tensor,
-    corpus_embeddings: Tensor,
+    corpus_embeddings: CorpusLike,
     query_ids: Sequence[str],
     corpus_ids: Sequence[str],
     top_k: int = 100,
@@ -72,45 +71,44 @@ def exact_search(
     *,
     ignore_identical_ids: bool = True,
     query_chunk_size: int | None = None,
+    corpus_chunk_size: int | None = None,
+    device: str | torch.device | None = None,
     show_progress_bar: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Exhaustive top-k search: ``{query_id: {doc_id: score}}`` with the ``top_k`` best documents per query.
 
-    Scores a chunk of queries against the whole corpus with one matmul (``score_fn``, default dot product) and one
-    ``torch.topk``; documents whose id equals the query id are masked out first when ``ignore_identical_ids``.
+    One pass over the corpus in chunks with a running top-k merge (:func:`~st_magnitude.evaluation.topk_search`),
+    so time is one corpus pass and memory the corpus plus a fixed working set; ``corpus_embeddings`` may be a tensor,
+    a numpy array / memmap, an :class:`~st_magnitude.evaluation.EmbeddingStore` or a path to a ``.npy`` file (read
+    in chunks, so a corpus larger than RAM is searchable). ``score_fn`` defaults to the dot product. Equal scores are
+    ordered by corpus position. With ``ignore_identical_ids`` the search takes ``top_k + 1`` and drops the document
+    whose id equals the query id (BEIR's rule), so no id lookup over the corpus is built.
     """
-    if len(query_ids) != len(query_embeddings) or len(corpus_ids) != len(corpus_embeddings):
+    corpus = as_corpus(corpus_embeddings)
+    if len(query_ids) != len(query_embeddings) or len(corpus_ids) != corpus.shape[0]:
         raise ValueError(
             f"ids and embeddings differ in length: {len(query_ids)} query ids for {len(query_embeddings)} "
-            f"embeddings, {len(corpus_ids)} corpus ids for {len(corpus_embeddings)} embeddings"
+            f"embeddings, {len(corpus_ids)} corpus ids for {corpus.shape[0]} embeddings"
         )
     if len(corpus_ids) == 0:
         raise ValueError("The corpus is empty: retrieval needs at least one document.")
     if top_k <= 0:
         raise ValueError(f"top_k must be positive, got {top_k}")
-    score_fn = score_fn or (lambda q, d: q @ d.T)
-    corpus_ids = list(corpus_ids)
-    pos_of = {cid: i for i, cid in enumerate(corpus_ids)} if ignore_identical_ids else {}
-    k = min(top_k, len(corpus_ids))
-    results: dict[str, dict[str, float]] = {}
-    chunks = _query_chunks(len(query_ids), len(corpus_ids), query_chunk_size)
-    for start in tqdm(chunks, desc="exact search", disable=not show_progress_bar, unit="chunk"):
-        stop = min(start + chunks.step, len(query_ids))
-        scores = _score(score_fn, query_embeddings[start:stop], corpus_embeddings)
-        if ignore_identical_ids:
-            for row, qid in enumerate(query_ids[start:stop]):
-                j = pos_of.get(qid)
-                if j is not None:
-                    scores[row, j] = -math.inf
-        vals, idx = torch.topk(scores, k, dim=1)
-        vals, idx = vals.tolist(), idx.tolist()
-        for row, qid in enumerate(query_ids[start:stop]):
-            hits = zip(idx[row], vals[row])
-            if ignore_identical_ids:
-                results[qid] = {corpus_ids[j]: v for j, v in hits if corpus_ids[j] != qid}
-            else:
-                results[qid] = {corpus_ids[j]: v for j, v in hits}
-    return results
+    if not isinstance(corpus_ids, (list, tuple)):
+        corpus_ids = list(corpus_ids)
+    values, indices = topk_search(
+        query_embeddings,
+        corpus,
+        top_k + (1 if ignore_identical_ids else 0),
+        score_fn,
+        query_chunk_size=query_chunk_size,
+        corpus_chunk_size=corpus_chunk_size,
+        device=device,
+        show_progress_bar=show_progress_bar,
+    )
+    return results_from_topk(
+        values, indices, list(query_ids), corpus_ids, top_k, ignore_identical_ids=ignore_identical_ids
+    )
 
 
 def retrieval_metrics(
