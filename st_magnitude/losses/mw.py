@@ -167,9 +167,10 @@ class MWLoss(nn.Module):
             temperature: τ (paper 001 §5.1: 0.01, i.e. a scale of 100 on cosine scores). Scores are divided by τ.
             reduction: ``"paper"``: Σ over pairs / B, as eq. 3 is written (large: ≈ |S⁻|·log 2 at start);
                 ``"mean"``: mean over the B·|S⁻| pairs (the expectation of Lemma 2).
-            chunk_size: (positive, negative) pairs evaluated at once (memory ≈ 8 bytes × chunk_size); ``None``
-                (default) uses half the size of the B × B(1+H) score matrix, so the pair stage needs no more memory
-                than the scores. Does not change the result.
+            chunk_size: (positive, negative) pairs evaluated at once; the pair stage holds about 32–36 bytes per
+                pair with its autograd buffers (measured, docs/benchmarks.md), so ``2**20`` costs ≈ 34 MiB. ``None``
+                (default) uses half the size of the B × B(1+H) score matrix: bounded, and on all-MiniLM-L6-v2 at
+                batch 256 within 2% of CachedMNRL's peak memory. Does not change the result.
             gather_across_devices: gather embeddings from all processes (with gradients); each process then
                 compares every positive with its own anchors' negatives, and the mean over processes is the loss of
                 the full global batch.
