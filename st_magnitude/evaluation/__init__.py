@@ -2,7 +2,7 @@
 
 * :class:`RoleIREvaluator` — retrieval with ``encode_query`` / ``encode_document`` and the model's own similarity,
   exact search, pytrec_eval metrics (via BEIR), optional pooled AUC.
-* :class:`PooledAUCEvaluator` — pooled ROC-AUC over queries (paper 001 §6) with a ROC PNG.
+* :class:`PooledAUCEvaluator` — pooled ROC-AUC over queries (paper 001 §5.1) with a ROC PNG.
 * :class:`DualSimilarityEvaluator` — dot vs cosine on the same embeddings, magnitude-collapse detector
   (paper 000 App. N.3).
 

@@ -1,13 +1,13 @@
-"""Pooled ROC-AUC over queries (paper 001 §6.1, "Optimizing What Matters", digest 001 §6) with a ROC-curve PNG.
+"""Pooled ROC-AUC over queries (paper 001 §5.1, "Optimizing What Matters") with a ROC-curve PNG.
 
-Protocol (paper 001 §5, quoted in digest 001 §6.1): for each query, the scores of *all* its positive passages are
+Protocol (paper 001 §5.1): for each query, the scores of *all* its positive passages are
 positive samples, and the scores of its 500 highest-scoring non-positive passages (exhaustive search over the
 corpus) are negative samples; positives and negatives of all queries are pooled and **one** AUC is computed::
 
     AUC = 1/(|P|·|N|) Σ_{a∈P} Σ_{b∈N} [1(a > b) + ½·1(a = b)]
 
 computed here through ranks (Mann–Whitney U, ties get ½, i.e. what ``sklearn.metrics.roc_auc_score`` gives).
-As a control we also report the mean of per-query AUCs (digest 001 §6.1 [ours]): it is invariant to a per-query
+As a control we also report the mean of per-query AUCs (our choice): it is invariant to a per-query
 score shift, pooled AUC is not — the gap measures cross-query calibration, which only the query magnitude of a
 magnitude-aware similarity (qnorm vs dot, dnorm vs cosine) can change.
 
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["AUCPools", "PooledAUCEvaluator", "per_query_auc", "plot_roc", "pooled_auc_pools", "pooled_auc_score"]
 
 
-def plot_roc(curves: dict[str, AUCPools], path: str | os.PathLike, title: str = "Pooled ROC (paper 001 §6)") -> str:
+def plot_roc(curves: dict[str, AUCPools], path: str | os.PathLike, title: str = "Pooled ROC (paper 001 §5.1)") -> str:
     """Write a PNG with the pooled ROC curve(s) and the score histograms of positives vs negatives."""
     import matplotlib
 
@@ -74,7 +74,7 @@ def plot_roc(curves: dict[str, AUCPools], path: str | os.PathLike, title: str = 
 
 
 class PooledAUCEvaluator(RoleIREvaluator):
-    """Pooled ROC-AUC over queries (paper 001 §6) as a ``SentenceEvaluator``, with a ROC curve PNG.
+    """Pooled ROC-AUC over queries (paper 001 §5.1) as a ``SentenceEvaluator``, with a ROC curve PNG.
 
     Encodes with the model's roles (``encode_query`` / ``encode_document``), scores with the model's own similarity
     (or ``similarity``), pools every query's positives and its ``n_negatives`` hardest non-positives, and reports

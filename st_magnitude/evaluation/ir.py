@@ -155,7 +155,7 @@ class RoleIREvaluator(SentenceEvaluator):
 
     A drop-in alternative to ST's ``InformationRetrievalEvaluator`` for magnitude-aware models: queries through
     ``encode_query``, corpus through ``encode_document``, scores from ``model.similarity`` (or ``similarity``),
-    exact top-k search, metrics from pytrec_eval via BEIR. Optionally adds pooled ROC-AUC (paper 001 §6) on the same
+    exact top-k search, metrics from pytrec_eval via BEIR. Optionally adds pooled ROC-AUC (paper 001 §5.1) on the same
     embeddings.
 
     Args:

@@ -2,7 +2,7 @@
 
 Every run starts from the same base model, seed, steps and training pairs; each is evaluated with its *own*
 similarity (the model carries it, :func:`st_magnitude.apply_similarity`) on in-domain and out-of-domain BEIR
-datasets: nDCG@10, Recall@100, MRR@10 (pytrec_eval through BEIR), pooled ROC-AUC (paper 001 §6) and the per-query
+datasets: nDCG@10, Recall@100, MRR@10 (pytrec_eval through BEIR), pooled ROC-AUC (paper 001 §5.1) and the per-query
 AUC control. The κ recommender (paper 000 §4.5) runs on the base model first and the report says whether its pick
 (qnorm or dnorm) won.
 

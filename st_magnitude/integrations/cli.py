@@ -80,7 +80,7 @@ def add_subcommands(subparsers) -> None:
         help="retrieval evaluation with the model's own roles: nDCG@10, Recall@100, MRR@10, pooled AUC per dataset",
         description=(
             "Encode queries with encode_query and documents with encode_document, score with the model's own "
-            "similarity, exact search, metrics from pytrec_eval (via BEIR). Pooled AUC follows paper 001 §6 "
+            "similarity, exact search, metrics from pytrec_eval (via BEIR). Pooled AUC follows paper 001 §5.1 "
             "(all positives + 500 hardest negatives per query, pooled)."
         ),
     )
