@@ -91,10 +91,9 @@ def load_retriever(ctx: Context):
 
 
 def revela_data(ctx: Context, grouping: str):
-    from datasets import Dataset
 
     from st_magnitude.integrations import load_beir
-    from st_magnitude.revela_data import build_revela_dataset
+    from st_magnitude.revela_data import build_revela_dataset, randomize_groups
 
     s = ctx.settings
     corpus = {}
@@ -108,16 +107,7 @@ def revela_data(ctx: Context, grouping: str):
         corpus, group_size=s["group_size"], grouping="bm25", max_groups=s["groups"], seed=ctx.seed
     )
     if grouping == "random":  # the same chunks, regrouped at random (paper's Revela-random control)
-        rows = ds.to_dict()
-        order = list(range(len(rows["query"])))
-        random.Random(ctx.seed + 1).shuffle(order)
-        ds = Dataset.from_dict(
-            {
-                "query": [rows["query"][i] for i in order],
-                "passage": [rows["passage"][i] for i in order],
-                "label": [k // s["group_size"] for k in range(len(order))],
-            }
-        )
+        ds = randomize_groups(ds, seed=ctx.seed + 1)
     return ds
 
 
@@ -166,6 +156,7 @@ def run_seed(ctx: Context) -> dict:
     data = {g: revela_data(ctx, g) for g in ("bm25", "random")}
     history = {}
     for arm, (tau, grouping) in ARMS.items():
+        from st_magnitude.losses.revela import RevelaLMGradClipCallback
         from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler
 
         set_seed(ctx.seed)
@@ -190,7 +181,7 @@ def run_seed(ctx: Context) -> dict:
             data_collator=RevelaDataCollator(
                 preprocess_fn=model.preprocess, lm_tokenizer=tok, lm_max_length=s["lm_max_length"]
             ),
-            callbacks=[diag.callback],
+            callbacks=[diag.callback, RevelaLMGradClipCallback(loss)],  # the LM is clipped like the retriever
             gradient_accumulation_steps=s["groups_per_step"],
             dataloader_num_workers=0,
         )
