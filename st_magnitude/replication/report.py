@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -42,23 +41,6 @@ queries and call `st_magnitude.evaluation.stats.compare_arms(per_seed_a, per_see
 arm_b=...)`; its `.ci` (95% interval), `.significant` and `.describe()` ("… within noise" when the interval contains
 0) are what a results table needs.
 """
-
-
-def _public_command(command: str) -> str:
-    """The recorded command without ``--out DIR`` (a machine's scratch folder; it does not change the result)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return command
-    kept, skip = [], False
-    for w in words:
-        if skip:
-            skip = False
-        elif w == "--out":
-            skip = True
-        elif not w.startswith("--out="):
-            kept.append(w)
-    return shlex.join(kept)
 
 
 def _load(results_dir: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -164,7 +146,7 @@ def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str
     lines += [
         f"Result: **{rec['verdict']}** — {_cell(rec['decision'].get('ours', ''))}",
         "",
-        f"- command: `{_public_command(rec['command'])}`",
+        f"- command: `{rec['command']}`",
         f"- machine: {_machine(rec['machine'])}; started {rec.get('started_utc')}; wall time "
         f"{_fmt_seconds(rec.get('wall_seconds'))} for {len(rec['seeds'])} seeds",
         "- settings: " + ", ".join(f"{k}={v}" for k, v in rec["settings"].items()),

@@ -68,6 +68,33 @@ def slim(obj: Any) -> Any:
     return obj
 
 
+def public_command(command: str) -> str:
+    """The recorded command without ``--out DIR`` (a machine's scratch folder; it does not change the result)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    kept, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w == "--out":
+            skip = True
+        elif not w.startswith("--out="):
+            kept.append(w)
+    return shlex.join(kept)
+
+
+def summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The committed summary of a run: :func:`slim`, with nothing that names this machine's folders (the command
+    without ``--out``; the full result by file name only)."""
+    out = slim(record)
+    out["command"] = public_command(out.get("command", ""))
+    if out.get("full_result"):
+        out["full_result"] = Path(out["full_result"]).name
+    return out
+
+
 def _atomic_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -156,7 +183,7 @@ def run_claim(
     _atomic_json(full_path, record)
     record["full_result"] = str(full_path)
     if results is not None:
-        _atomic_json(Path(results) / f"{name}.json", slim(record))
+        _atomic_json(Path(results) / f"{name}.json", summary(record))
     return record
 
 
@@ -176,5 +203,5 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     record["full_result"] = str(path)
     if results is not None:
         name = f"{record['claim']}-{record['profile']}" + (f"-{record['tag']}" if record.get("tag") else "")
-        _atomic_json(Path(results) / f"{name}.json", slim(record))
+        _atomic_json(Path(results) / f"{name}.json", summary(record))
     return record

@@ -216,3 +216,20 @@ def test_tagged_control_run_is_an_extra_row(toy_data, models, tmp_path):
         run_claim("000-table5", tag="a b", **kw)
     with pytest.raises(ValueError, match="arms must include 'cosine'"):
         run_claim("000-table5", model=str(models["bert"]), overrides={**overrides, "arms": ["dot"]}, **kw)
+
+
+def test_committed_summaries_name_no_machine_folder():
+    """The small result files are committed: no --out scratch folder and no absolute path of the machine."""
+    from st_magnitude.replication.runner import summary
+
+    rec = {
+        "command": "st-magnitude replicate 001 --profile cpu --seeds 3 --out /scratch/x --set 'a=[1, 2]'",
+        "full_result": "/scratch/x/001-cpu-1.json",
+        "seeds": [],
+    }
+    out = summary(rec)
+    assert out["command"] == "st-magnitude replicate 001 --profile cpu --seeds 3 --set 'a=[1, 2]'"
+    assert out["full_result"] == "001-cpu-1.json"
+    for path in sorted((REPO / "docs" / "replication" / "results").glob("*.json")):
+        text = path.read_text()
+        assert "--out" not in text and '"/' not in text, path.name
