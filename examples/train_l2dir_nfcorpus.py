@@ -1,6 +1,6 @@
 """Fine-tune all-MiniLM-L6-v2 on NFCorpus train pairs with L2DirLoss or MNRL, then score NFCorpus / SciFact test.
 
-The L2Dir paper never tested text-only retrieval (digest 002 §7 note 10); this script is the honest check. Both
+The L2Dir paper never tested text-only retrieval; this script is the honest check. Both
 losses see the same pairs in the same order (same seed, NO_DUPLICATES batches), the same steps, learning rate and
 InfoNCE temperature; L2Dir adds the InfoTN term on a NAP head fed with the pooled embedding before ``Normalize``.
 Retrieval is cosine on the normalized embedding for every model (the NAP is not used at inference).

@@ -1,7 +1,7 @@
 """Keep the L2Dir NAP head across checkpoints, and log the L2Dir statistics.
 
 sentence-transformers optimizes parameters that live in a loss but saves and restores only the model
-(ECOSYSTEM.md §2.6): without help, a resumed run silently restarts the NAP head from random weights. Add
+— without help, a resumed run silently restarts the NAP head from random weights. Add
 :class:`L2DirCallback` to the trainer::
 
     loss = L2DirLoss(model)

@@ -1,6 +1,6 @@
 """Model surgery: make a SentenceTransformer carry its own similarity, and strip ``Normalize`` layers.
 
-The central decision (DESIGN.md §2): every variant is ``s(q, d) = φ_γq(q) · φ_γd(d)``, so a model serving a
+The central decision (docs/architecture.md): every variant is ``s(q, d) = φ_γq(q) · φ_γd(d)``, so a model serving a
 variant emits φ_γq for queries and φ_γd for documents and is scored with a plain dot product. Then
 ``model.similarity(model.encode_query(q), model.encode_document(d))`` is the training similarity, and MTEB, BEIR,
 ST's ``InformationRetrievalEvaluator`` and any inner-product vector index score exactly what was trained.

@@ -1,7 +1,7 @@
 """Related-chunk batches for :class:`~st_magnitude.losses.revela.RevelaLoss` (paper 004, Revela, §3.1 / §5.2).
 
 Revela's in-batch attention only teaches the retriever something when the chunks of one batch are related: the
-paper's "Revela-random" ablation (chunks shuffled across batches) collapses to BEIR nDCG@10 ≈ 4 (digest 004 §3).
+paper's "Revela-random" ablation (chunks shuffled across batches) collapses to BEIR nDCG@10 ≈ 4.
 This module builds such batches for ``SentenceTransformerTrainer``:
 
 * :func:`chunk_text` splits a document into chunks of at most ``max_words`` (paper: 120) words made of complete
@@ -157,7 +157,7 @@ def build_revela_dataset(
         grouping: ``"bm25"`` (seed document + its BM25 nearest documents until the group is full),
             ``"sequential"`` (windows of ``window`` consecutive documents, chunks interleaved d_11, d_21, d_12, …,
             then cut into groups, paper §5.2) or ``"random"`` (all chunks shuffled with ``seed``, then cut into
-            groups: unrelated chunks, the paper's "Revela-random" control, digest 004 §3). For a control on exactly
+            groups: unrelated chunks, the paper's "Revela-random" control). For a control on exactly
             the chunks of another grouping, use :func:`randomize_groups` on that dataset instead.
         window: documents per interleaving window for ``"sequential"``.
         min_words: chunks shorter than this are dropped (our choice: fragments carry no retrieval signal).
@@ -241,7 +241,7 @@ def randomize_groups(dataset, seed: int = 0, label_column: str = "label"):
     Every row keeps its ``query``/``passage`` text; the rows are shuffled with ``seed`` and given new group ids in
     consecutive blocks of the original group size, so the control trains on exactly the chunks, group count and
     group size of the grouped run, only without related chunks in a group (paper's "Revela-random" ablation,
-    which collapses, digest 004 §3).
+    which collapses).
 
     Raises:
         ValueError: if the dataset has no ``label_column`` or its groups differ in size.

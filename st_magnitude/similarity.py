@@ -1,7 +1,7 @@
 """The magnitude-aware similarity family — the only place this math lives.
 
 Every variant of paper 000 ("Beyond the Unit Hypersphere", Feng & Watanabe) is a per-role rescaling followed by a
-dot product (digest 000 §2.2)::
+dot product::
 
     s(q, d) = φ_γq(q) · φ_γd(d),        φ_γ(v) = v / ‖v‖^γ
 
@@ -77,7 +77,7 @@ def safe_norm(v: Tensor, eps: float = DEFAULT_EPS) -> Tensor:
 
 
 def phi(v: Tensor, gamma: float | Tensor, eps: float = DEFAULT_EPS) -> Tensor:
-    """Per-role rescaling φ_γ(v) = v / ‖v‖^γ (digest 000 §2.2; paper 000 eqs. 3–7 factorised).
+    """Per-role rescaling φ_γ(v) = v / ‖v‖^γ (paper 000 eqs. 3–7 factorised).
 
     ``gamma`` is a float or a 0-d tensor in [0, 1]. γ = 1 is L2 normalisation, γ = 0 the identity. ``‖v‖^γ`` is
     computed as ``exp(γ · log(max(‖v‖, eps)))`` so gradients flow into a tensor γ.
@@ -241,7 +241,7 @@ class DNormSimilarity(PowerNormSimilarity):
 
 
 class LearnableSimilarity(Similarity):
-    """Learnable normalisation: qᵀd / (‖q‖^γq ‖d‖^γd), γ = sigmoid(γ̂) (paper 000 eq. 7, digest §4).
+    """Learnable normalisation: qᵀd / (‖q‖^γq ‖d‖^γd), γ = sigmoid(γ̂) (paper 000 eq. 7).
 
     Two unconstrained scalars γ̂q, γ̂d, initialised so that γ = ``init_gamma`` (paper: 0.5, i.e. γ̂ = 0).
     ∂s/∂γq = −ln‖q‖·s and ∂s/∂γd = −ln‖d‖·s (paper eqs. 38–39) follow from autograd.
@@ -344,12 +344,12 @@ def get_similarity(name: str | Similarity, **kwargs: Any) -> Similarity:
 
 
 class TNSimilarity(Similarity):
-    """sim_TN(q, t) = 1 − ‖q − t‖ / (‖q‖ + ‖t‖) ∈ [0, 1] (L2Dir paper 002 eqs. 1 and 4; digest 002 §2–3).
+    """sim_TN(q, t) = 1 − ‖q − t‖ / (‖q‖ + ‖t‖) ∈ [0, 1] (L2Dir paper 002 eqs. 1 and 4).
 
     Depends on both direction and length: it is 1 iff q and t have the same direction *and* the same norm
     (k = ‖t‖/‖q‖ = 1 and cos γ = 1, paper App. A), and 0 iff they point in opposite directions. Symmetric.
 
-    Numerics (digest 002 §7): computed in fp32 (fp64 inputs stay fp64) with autocast disabled, so a bf16/fp16
+    Numerics: computed in fp32 (fp64 inputs stay fp64) with autocast disabled, so a bf16/fp16
     ``torch.autocast`` region does not run the matmul in half precision. The matrix form uses
     ‖a − b‖² = ‖a‖² + ‖b‖² − 2a·b (no (N, M, d) tensor); that identity cancels catastrophically for near-aligned
     pairs (fp32 error ≈ 1e-7·(‖a‖² + ‖b‖²), a floor of ≈ 2e-4 in sim_TN), so every pair with

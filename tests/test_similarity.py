@@ -232,7 +232,7 @@ def test_aliases_and_config():
 
 
 def test_phi_is_the_factorisation():
-    # s(q, d) = φ_γq(q) · φ_γd(d) for any γ (digest 000 §2.2)
+    # s(q, d) = φ_γq(q) · φ_γd(d) for any γ
     g = torch.Generator().manual_seed(3)
     q, d = torch.randn(3, 6, generator=g, dtype=torch.float64), torch.randn(4, 6, generator=g, dtype=torch.float64)
     for gq, gd in [(0.3, 0.9), (1.0, 0.0), (0.5, 0.5)]:

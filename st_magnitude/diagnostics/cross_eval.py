@@ -1,4 +1,4 @@
-"""Cross-evaluation matrix (paper 000 §4.2, Fig. 3; digest 000 §6.6): train similarity × evaluation similarity.
+"""Cross-evaluation matrix (paper 000 §4.2, Fig. 3): train similarity × evaluation similarity.
 
 Each model (one per *training* similarity) is encoded once, raw (every normalisation removed, so the evaluation
 similarity decides what magnitude is used), with its query/document roles; its embeddings are then scored with each

@@ -1,4 +1,4 @@
-"""Fisher-information diagnostics of paper 000 (§4.1 Table 2, §4.5 Table 3, App. M; digest 000 §5).
+"""Fisher-information diagnostics of paper 000 (§4.1 Table 2, §4.5 Table 3, App. M).
 
 1. **Component FIM** (Table 2): the mean squared derivative of the similarity s with respect to the document
    magnitude, the query magnitude and the angle, from the analytic partials of paper 000 eqs. 11–25. Writing
@@ -14,7 +14,7 @@
    the similarity the model was trained with.
 
 2. **Condition-number rule** (Table 3, eq. 26): ``argmin_{s ∈ {qnorm, dnorm}} κ(F_s)`` on the *pretrained* model.
-   The paper leaves the matrix unspecified (digest §5.2); we follow the digest's reproducible recipe: per-pair
+   The paper leaves the matrix unspecified; our reproducible recipe: per-pair
    gradients of s w.r.t. the concatenated embedding [q; d] ∈ R^{2n} (Lemma M.1/M.2)::
 
        qnorm:  ∂s/∂q = P⊥q d / ‖q‖,  ∂s/∂d = q̂          (P⊥q = I − q̂q̂ᵀ)

@@ -1,11 +1,11 @@
-"""Embedding-magnitude statistics of paper 000 (§4.3, App. N.2, O; digest 000 §6.1–6.2).
+"""Embedding-magnitude statistics of paper 000 (§4.3, App. N.2, O).
 
 * Norm statistics by role (query / document): mean, std, min, max, CV.
 * Cohen's d of document norms, relevant vs irrelevant (paper 000 §4.3, Fig. 4)::
 
       d = (μ_rel − μ_irrel) / σ_pooled,   σ_pooled = sqrt(((n1−1)s1² + (n2−1)s2²) / (n1+n2−2))
 
-  (σ_pooled is not spelled out in the paper; this is the standard choice, digest §6.1.) Labelled mode: relevant =
+  (σ_pooled is not spelled out in the paper; this is the standard choice.) Labelled mode: relevant =
   documents judged relevant (grade > 0) to any evaluated query, irrelevant = the rest of the corpus (the
   corpus-level split implied by Table 25's NovelHopQA footnote). Label-free mode (paper: "retrieval scores as
   proxies", details unspecified): the top-k documents for each query *by cosine* are pseudo-relevant
@@ -14,7 +14,7 @@
   carry no relevance signal, tests/diagnostics/test_norm_statistics.py: labelled d +0.05, top-10 by dot +3.05,
   top-10 by cosine +0.02).
 * Effect-size bands (paper): |d| ≥ 0.8 large, ≥ 0.5 medium, ≥ 0.2 small, else negligible; d > 0 suggests qnorm
-  (document magnitude carries relevance), d < 0 dnorm (paper 000 Fig. 5 caption, digest §5.3).
+  (document magnitude carries relevance), d < 0 dnorm (paper 000 Fig. 5 caption).
 * CV = σ/μ of query norms (App. N.2, eq. 27, in %), and ΔCV = CV_B / CV_A between two models (paper: DNorm-trained
   over Dot-trained).
 """

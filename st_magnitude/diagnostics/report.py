@@ -1,6 +1,6 @@
 """``diagnose``: all magnitude diagnostics of one model on local BEIR folders, as a markdown + PNG report.
 
-Steps (paper 000 §4–5, digest §5–6; choices in docs/diagnostics.md):
+Steps (paper 000 §4–5; choices in docs/diagnostics.md):
 
 1. κ rule: sample ``n_pairs`` (default 8n) (query, relevant document) pairs from the ``pairs_split`` qrels of all
    folders (seeded), encode them *raw* with their roles, :func:`~st_magnitude.diagnostics.fim.recommend_normalization`

@@ -8,7 +8,7 @@ without replacement from the corpus minus P(q)::
     CE       = mean_q CE(q)                                                               (paper §3.6.1)
 
 Lower is better. Each positive is scored against the negatives only, not against the query's other positives.
-Choices where the paper is silent (digest 003 §5, §10.5): one seeded sample per query, shared by all of that
+Choices where the paper is silent: one seeded sample per query, shared by all of that
 query's positives and by every model evaluated with the same seed (so dimension sweeps are not confounded by
 sampling noise); natural log; positives are qrels with relevance ≥ ``min_relevance`` (paper: > 0).
 """

@@ -1,6 +1,6 @@
 """Dual dot/cosine evaluation on the same embeddings: the magnitude-collapse detector (paper 000 App. N.3).
 
-Paper 000 (digest §6.3, Table 24) evaluates the *same* embeddings with dot and with cosine throughout training. A
+Paper 000 (Table 24) evaluates the *same* embeddings with dot and with cosine throughout training. A
 healthy magnitude-aware model keeps Δ = nDCG_dot − nDCG_cos small and positive (≈ 0.02–0.03); magnitude collapse is
 when cosine nDCG falls toward random while dot improves (E5 with its Normalize removed: cosine 0.92 → 0.23 while dot
 → 0.94, Δ = +0.717).

@@ -2,7 +2,7 @@
 
 * Queries are encoded with ``model.encode_query`` and documents with ``model.encode_document`` (ST task routing),
   and scored with ``model.similarity`` — for a model converted by :func:`st_magnitude.apply_similarity` that is a
-  plain dot product of φ_γq(q) and φ_γd(d), i.e. exactly the similarity it was trained with (digest 000 §2.2).
+  plain dot product of φ_γq(q) and φ_γd(d), i.e. exactly the similarity it was trained with.
 * :func:`exact_search` reads the corpus once in chunks (tensor, numpy memmap or ``.npy`` file), scoring each chunk
   with one matmul and keeping a running ``torch.topk`` per query (no Python heap, no per-corpus id lookup), with a
   tqdm bar; ``benchmarks/bench_search.py`` compares it with BEIR's ``DenseRetrievalExactSearch`` and

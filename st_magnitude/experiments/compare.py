@@ -465,7 +465,7 @@ def training_arguments(config: CompareConfig, variant: str, ckpt_dir: Path, devi
         data_seed=config.seed,
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         router_mapping={"anchor": "query", "positive": "document"},
-        # quick: γ̂ gets its own learning rate (digest 000 §4: at encoder LRs it barely moves); full: as the paper
+        # quick: γ̂ gets its own learning rate (at encoder LRs it barely moves); full: as the paper
         learning_rate_mapping={r"gamma_(query|document)_logit": gamma_lr}
         if variant == "learnable" and gamma_lr
         else {},

@@ -1,7 +1,7 @@
 """BEIR integration: a role-keeping model adapter, and BEIR evaluation with the model's own similarity.
 
-BEIR's ``models.SentenceBERT`` encodes both sides with ``model.encode`` and so loses ST's task routing (ECOSYSTEM.md
-§4: a query-normalising route gives query norms ≠ 1). :class:`STQueryDocAdapter` calls ``encode_query`` /
+BEIR's ``models.SentenceBERT`` encodes both sides with ``model.encode`` and so loses ST's task routing
+(a query-normalising route then gives query norms ≠ 1). :class:`STQueryDocAdapter` calls ``encode_query`` /
 ``encode_document`` instead, and :func:`beir_search` plugs it into BEIR's own ``DenseRetrievalExactSearch`` with the
 model's ``similarity`` registered as a score function, so BEIR's ``EvaluateRetrieval`` scores exactly what the model
 was trained with.

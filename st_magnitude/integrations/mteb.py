@@ -1,15 +1,15 @@
 """mteb integration: evaluate with the model's own roles and similarity, local BEIR folders as tasks, and a CLI shim.
 
 * Roles and similarity: mteb's ``SentenceTransformerEncoderWrapper`` encodes queries with ``encode_query`` and the
-  corpus with ``encode_document`` and scores retrieval with ``model.similarity`` (ECOSYSTEM.md §3.1), so a model
+  corpus with ``encode_document`` and scores retrieval with ``model.similarity``, so a model
   converted by :func:`st_magnitude.apply_similarity` (``similarity_fn_name="dot"``) is scored with what it was
   trained with. The meta's ``similarity_fn_name`` is set to ``None`` so pairwise tasks delegate to the model too.
-* Cache collisions (ECOSYSTEM.md §3.2): every model gets a unique meta name and revision (a content hash of the
+* Cache collisions: every model gets a unique meta name and revision (a content hash of the
   saved folder, or of a live model's weights), so two local models never reuse each other's cached results.
-* Local BEIR folders become ``AbsTaskRetrieval`` subclasses overriding ``load_data`` (ECOSYSTEM.md §3.4), with the
+* Local BEIR folders become ``AbsTaskRetrieval`` subclasses overriding ``load_data``, with the
   same NanoBEIR-style subsample as ``st-magnitude evaluate`` and ``ignore_identical_ids=True`` (BEIR's convention,
   as in our evaluator).
-* :func:`mteb_cli` is the ``mteb run`` shim (ECOSYSTEM.md §3.3): registers the local model in ``MODEL_REGISTRY``
+* :func:`mteb_cli` is the ``mteb run`` shim: registers the local model in ``MODEL_REGISTRY``
   (loaded by :func:`~st_magnitude.integrations.models.load_model`: no code outside sentence-transformers and
   st-magnitude unless ``trust_remote_code=True``) and the local tasks in mteb's task registry, then runs mteb's own
   CLI, which writes mteb's normal results files.
@@ -407,7 +407,7 @@ def mteb_cli(
     on_missing: str = "raise",
     trust_remote_code: bool = False,
 ) -> int:
-    """``mteb`` CLI with local models and local BEIR folders (ECOSYSTEM.md §3.3 shim).
+    """``mteb`` CLI with local models and local BEIR folders (a shim).
 
     ``argv`` are mteb CLI arguments (``["run", "-m", PATH, "-t", TASK_OR_FOLDER, ...]``). A ``-m`` that is a local
     folder is registered in ``MODEL_REGISTRY`` (name = the absolute path, revision = content hash, loaded with

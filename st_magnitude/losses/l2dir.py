@@ -1,7 +1,7 @@
 """L2Dir (paper 002, Zong et al., ACL 2026): InfoTN loss, and λ·InfoNCE + (1−λ)·InfoTN on a NAP head.
 
-Built from the paper's equations (digest 002 §2–§5), never from the authors' release, which does not implement
-eq. 8, has no NAP and drops the NAP-side gradient under GradCache (digest §8).
+Built from the paper's equations, never from the authors' release, which does not implement
+eq. 8, has no NAP and drops the NAP-side gradient under GradCache.
 
     sim_TN(q, t)  = 1 − ‖q − t‖ / (‖q‖ + ‖t‖)                                  eqs. 1, 4   (similarity "tn")
     L_NCE         = −log softmax_j( cos(LHS_q, LHS_t^j) / τ )[+]                eq. 6
@@ -50,7 +50,7 @@ __all__ = [
     "info_tn_loss",
 ]
 
-#: The paper's two temperature settings (App. C; digest 002 §3). They are swapped between the frameworks.
+#: The paper's two temperature settings (App. C). They are swapped between the frameworks.
 PAPER_TEMPERATURES: dict[str, dict[str, float]] = {
     "vlm": {"temperature": 0.02, "tn_temperature": 0.01},  # VLM2Vec-V2 (Qwen2-VL, GME)
     "clip": {"temperature": 0.01, "tn_temperature": 0.02},  # UniIR (CLIP-B/L)
@@ -524,8 +524,8 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
         Each mini-batch is embedded once without gradients; the cached quantity per input is the concatenation
         ``[embedding, NAP input]``, so step (2) computes eq. 8 over the whole batch and caches the gradient of
         *both* the normalized embedding (InfoNCE) and the NAP input (InfoTN), and step (3) back-propagates both
-        into the backbone. (The authors' release builds the NAP-side surrogate but never back-propagates it,
-        digest 002 §8.3; here the two parts provably match :class:`L2DirLoss` — see the gradient-equality test.)
+        into the backbone. (The authors' release builds the NAP-side surrogate but never back-propagates it;
+        here the two parts provably match :class:`L2DirLoss` — see the gradient-equality test.)
         The NAP head's own gradient is computed in step (2) and handed back through the returned loss, so the
         Trainer's gradient-accumulation divisor and the fp16 loss scale reach it exactly as they reach the backbone.
         The loss over the batch is computed in one piece (``B × B`` logits), so ``mini_batch_size`` bounds the

@@ -1,6 +1,6 @@
 """The two training recipes of paper 003 (Killingback et al., "Scaling Laws for Embedding Dimension in IR").
 
-BERT recipe (paper eqs. 1–3, digest 003 §2)::
+BERT recipe (paper eqs. 1–3)::
 
     L_margin-mse  = mean_{b,j} ((s(q_b,p_b) − s(q_b,n_bj)) − (t(q_b,p_b) − t(q_b,n_bj)))²      (eq. 1)
     L_contrastive = −mean_b log softmax_c( s(q_b, p_c) )_b     c over the batch's positives     (eq. 2)

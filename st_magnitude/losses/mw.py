@@ -1,6 +1,6 @@
 """MW (Mann–Whitney) loss of paper 001 (eq. 3), plain and cached (GradCache), with any similarity of the family.
 
-Paper 001 eq. 3 (batch form), with the temperature of Lemma 2 / §5.1 (digest 001 §4.2)::
+Paper 001 eq. 3 (batch form), with the temperature of Lemma 2 / §5.1::
 
     L_MW = −(1/B) Σ_{i=1..B} Σ_{s_k⁻ ∈ S⁻} log σ((s_i⁺ − s_k⁻)/τ) = (1/B) Σ_i Σ_k softplus((s_k⁻ − s_i⁺)/τ)
 
@@ -61,8 +61,8 @@ MW_CITATION = """
 class _PairwiseSoftplusSum(torch.autograd.Function):
     """Σ_i Σ_k softplus((neg_k − pos_i) · inv_tau), evaluated in chunks; gradients computed in the same pass.
 
-    d/d pos_i = −inv_tau Σ_k σ((neg_k − pos_i)·inv_tau),  d/d neg_k = +inv_tau Σ_i σ((neg_k − pos_i)·inv_tau)
-    (digest 001 §5 closed form). Only ``pos``/``neg``-sized tensors are kept for backward.
+     d/d pos_i = −inv_tau Σ_k σ((neg_k − pos_i)·inv_tau),  d/d neg_k = +inv_tau Σ_i σ((neg_k − pos_i)·inv_tau)
+    . Only ``pos``/``neg``-sized tensors are kept for backward.
     """
 
     @staticmethod

@@ -33,10 +33,10 @@ LM_CHECKPOINT_DIR = "revela_lm"
 _LM_WEIGHTS = "trainable.safetensors"
 _LM_META = "revela_lm.json"
 
-#: LoRA target modules of the official code, on both the retriever and the LM (digest 004 §1.4).
+#: LoRA target modules of the official code, on both the retriever and the LM.
 REVELA_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-#: Prefixes of the official code's retriever inputs (digest 004 §2), per dataset column (``query``, ``passage``);
+#: Prefixes of the official code's retriever inputs, per dataset column (``query``, ``passage``);
 #: ``document`` is the name ``SentenceTransformer.encode_document`` looks up first.
 REVELA_PROMPTS = {"query": "query: ", "passage": "passage: ", "document": "passage: "}
 
@@ -675,7 +675,7 @@ def revela_callbacks(
 def revela_lora_config(
     task_type: str = "CAUSAL_LM", r: int = 256, lora_alpha: int = 64, lora_dropout: float = 0.1, **kwargs: Any
 ):
-    """A ``peft.LoraConfig`` with the official code's settings (digest 004 §1.4 and §4): rank 256, α 64,
+    """A ``peft.LoraConfig`` with the official code's settings: rank 256, α 64,
     dropout 0.1 on q, k, v, o, gate, up and down projections.
 
     Use ``task_type="CAUSAL_LM"`` for the LM (``peft.get_peft_model(lm, revela_lora_config())``) and
@@ -722,7 +722,7 @@ def build_decoder_retriever(
     model_kwargs: dict[str, Any] | None = None,
     device: str | None = None,
 ):
-    """A raw decoder as a Revela retriever, as in the paper (§3.3, digest 004 §2): the text (with a
+    """A raw decoder as a Revela retriever, as in the paper (§3.3): the text (with a
     ``"query: "``/``"passage: "`` prompt), EOS appended, the last hidden state at EOS, L2-normalized.
 
     Builds ``SentenceTransformer([Transformer, Pooling("lasttoken"), Normalize])`` from a decoder checkpoint

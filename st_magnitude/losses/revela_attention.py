@@ -21,7 +21,7 @@ register one attention function, :data:`REVELA_ATTENTION`, that
 
 The same name is registered in ``AttentionMaskInterface`` with the stock ``sdpa_mask``: without it,
 ``masking_utils._preprocess_mask_arguments`` returns no mask for an unknown implementation name, which would drop
-the padding mask. This mirrors the official code's two-pass design (digest 004 §1.3: pass 1 caches K^e/V^e with
+the padding mask. This mirrors the official code's two-pass design (pass 1 caches K^e/V^e with
 gradient, pass 2 adds the term in every layer, positions 0..L-1 in both passes).
 
 Efficiency (our choice, all exact):

@@ -1,12 +1,12 @@
 """Output-dimension projection of paper 003 ("Scaling Laws for Embedding Dimension in IR", Killingback et al.).
 
-The paper (§3.1, digest 003 §1.2) projects every token hidden state with one affine layer and mean-pools::
+The paper (§3.1) projects every token hidden state with one affine layer and mean-pools::
 
     h'_i = W h_i + b,   W ∈ R^{m×d}, b ∈ R^m            (no activation)
     e    = (1/n) Σ_i h'_i
 
 Mean and affine maps commute (the pooling weights sum to one), so this equals masked mean pooling followed by
-``Linear(d, m, bias=True)`` (digest §1.3): the projection sits *after* ``Pooling`` and costs one GEMV per text.
+``Linear(d, m, bias=True)``: the projection sits *after* ``Pooling`` and costs one GEMV per text.
 
 Portability: a :class:`DimensionProjection` **is** sentence-transformers' built-in
 :class:`~sentence_transformers.base.modules.Dense` with the identity activation (constructing one returns a plain
@@ -40,7 +40,7 @@ __all__ = [
     "truncate_embeddings",
 ]
 
-#: Initialisations accepted by :class:`DimensionProjection` (paper 003 is silent, digest §10.1).
+#: Initialisations accepted by :class:`DimensionProjection` (paper 003 is silent).
 PROJECTION_INITS: tuple[str, ...] = ("linear", "orthogonal", "identity")
 
 #: The paper's multiples of the native hidden size (§3.2): {1/4, ..., 16}, plus {1/16, 1/8} for larger BERTs.
@@ -76,7 +76,7 @@ class DimensionProjection(metaclass=_ProjectionMeta):
         out_features: output embedding dimension m = φ·d (paper: φ ∈ {1/16, …, 16}, so m may exceed d).
         bias: include the bias b (paper: yes).
         init: ``"linear"`` — PyTorch's ``nn.Linear`` default (kaiming-uniform, W, b ~ U(±1/√d)); the paper does not
-            state its init and this is what a plain HF linear layer gets (digest §10.1, our choice).
+            state its init and this is what a plain HF linear layer gets.
             ``"orthogonal"`` — a (semi-)orthogonal W and zero bias: norms are preserved at start when m ≥ d.
             ``"identity"`` — W = [I; 0] (or the first m rows of I when m < d) and zero bias: the projected model
             starts out scoring exactly like the base model (a truncation when m < d, a zero-padding when m > d).
@@ -168,7 +168,7 @@ def dimension_grid(
 def check_projection(model: nn.Module, warn: bool = True) -> list[str]:
     """Find ``Dense`` layers whose activation is not the identity (ST's default is ``Tanh``).
 
-    Paper 003's projection is purely affine (digest §0.2); a ``Tanh`` squashes every coordinate into (−1, 1),
+    Paper 003's projection is purely affine; a ``Tanh`` squashes every coordinate into (−1, 1),
     which bounds the norm by √m and changes the function class. Returns a description of each offending layer and,
     when ``warn``, emits one :class:`ProjectionActivationWarning` per layer.
     """

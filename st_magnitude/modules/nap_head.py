@@ -1,4 +1,4 @@
-"""The Norm Alignment Projector (NAP) of L2Dir (paper 002 §3.3, App. F; digest 002 §5) and the tap that feeds it.
+"""The Norm Alignment Projector (NAP) of L2Dir (paper 002 §3.3, App. F) and the tap that feeds it.
 
 The NAP is "a simple randomly initialized FFN" mapping the backbone's *un-normalized* state to a vector PO that
 is never L2-normalized and is used only by the InfoTN loss (paper §3.3). It is a training-time head: retrieval
@@ -54,7 +54,7 @@ NAP_ACTIVATIONS: tuple[str, ...] = tuple(_ACTIVATIONS)
 
 _DEFAULT_KEY = "default"
 
-# Final-norm locations (dotted paths inside the Hugging Face model), tried in order (digest 002 §7 note 1).
+# Final-norm locations (dotted paths inside the Hugging Face model), tried in order.
 _CLIP_TEXT_NORM = "text_model.final_layer_norm"
 _CLIP_VISION_NORM = "vision_model.post_layernorm"
 _DECODER_NORMS = (
@@ -78,7 +78,7 @@ def modality_key(modality: Any) -> str:
 
 
 class NAPHead(Module):
-    """Norm Alignment Projector: PO = NAP(h), never normalized (L2Dir paper 002 §3.3; digest 002 §5).
+    """Norm Alignment Projector: PO = NAP(h), never normalized (L2Dir paper 002 §3.3).
 
     Args:
         in_features: width of the NAP input — an int (one projection for every input), or a dict
@@ -87,8 +87,8 @@ class NAPHead(Module):
         out_features: width of PO; defaults to ``in_features`` (the paper's d → d). Required when a dict gives
             different widths: use the model's embedding dimension.
         hidden_features: ``None`` (default) for a single ``Linear`` — the shape the paper's CLIP parameter counts
-            imply (digest §5.3: 0.26M = 512² for CLIP-B) — or the width of a bottleneck ``Linear → act → Linear``
-            (``16`` reproduces the paper's VLM counts, digest §5.3 hypothesis (b)).
+            imply (0.26M = 512² for CLIP-B) — or the width of a bottleneck ``Linear → act → Linear``
+            (``16`` reproduces the paper's VLM counts).
         bias: whether the linear layers have a bias.
         activation: activation of the bottleneck, one of ``gelu``, ``relu``, ``tanh``, ``silu``.
         input_name / output_name: feature keys read and written by :meth:`forward` (module use).

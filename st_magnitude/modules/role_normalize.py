@@ -1,4 +1,4 @@
-"""``RoleNormalize``: the per-role rescaling φ_γ carried by the model (paper 000 eqs. 3–7 factorised, digest §2.2).
+"""``RoleNormalize``: the per-role rescaling φ_γ carried by the model (paper 000 eqs. 3–7 factorised).
 
 A model ending in ``RoleNormalize`` emits φ_γq(q) for queries and φ_γd(d) for documents, so that a plain dot
 product of its query and document embeddings equals the training similarity. The role comes from the ``task``

@@ -1,4 +1,4 @@
-"""Cost-aware choice of model size N and embedding dimension D (paper 003 §4.5, digest §8).
+"""Cost-aware choice of model size N and embedding dimension D (paper 003 §4.5).
 
 One query is encoded and scored against M precomputed document vectors under a FLOPs budget B per query::
 

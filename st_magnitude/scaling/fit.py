@@ -4,7 +4,7 @@ Dimension-only law, paper eq. 5::      L(D)    = A / D^α + δ_D
 Joint law, paper eq. 6::               L(D, N) = A / D^α + B / N^β + δ        (N in millions of parameters)
 
 The paper fits both with ``scipy.optimize.curve_fit`` from unstated starting points; from curve_fit's default
-``p0 = 1`` the dimension fit diverges on data like the paper's (digest 003 §6.3: α → 12.6, R² = 0). We use
+``p0 = 1`` the dimension fit diverges on data like the paper's (α → 12.6, R² = 0). We use
 *variable projection*: the laws are linear in (A, δ) / (A, B, δ) once the exponents are fixed, so for every
 exponent on a grid we solve a non-negative linear least-squares problem (A, B, δ ≥ 0), take the best grid point,
 then refine all parameters with bounded ``curve_fit`` (trust-region reflective). A user ``p0`` is refined too and
@@ -342,7 +342,7 @@ def fit_joint_law(
 
     Grid over (α, β) with a non-negative linear solve for (A, B, δ), then bounded curve_fit refinement (also from
     ``p0 = (A, B, α, β, δ)`` when given). Needs ≥ 2 distinct N and ≥ 2 distinct D and ≥ 5 points. A and α trade off
-    against each other (weakly identified, digest §6.3); read the bootstrap intervals.
+    against each other (weakly identified); read the bootstrap intervals.
     """
     D = _as_points("D", D, positive=True)
     N = _as_points("N_millions", N_millions, positive=True)
@@ -390,7 +390,7 @@ def fit_joint_law(
 
 
 def extrapolation_check(D: Any, L: Any, n_holdout: int = 1, **fit_kwargs: Any) -> dict[str, Any]:
-    """Held-out check of the dimension law (an addition; the paper reports in-sample R² only, digest §10.8).
+    """Held-out check of the dimension law (an addition; the paper reports in-sample R² only).
 
     Fits on all but the ``n_holdout`` largest dimensions and predicts those. Returns the fit, the held-out
     dimensions, their measured and predicted losses, and the relative errors ``(pred − measured)/measured``.

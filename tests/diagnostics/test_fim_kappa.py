@@ -1,4 +1,4 @@
-"""Component FIM (paper 000 Table 2 formulas) and the κ(F_qnorm) vs κ(F_dnorm) rule (digest 000 §5.2)."""
+"""Component FIM (paper 000 Table 2 formulas) and the κ(F_qnorm) vs κ(F_dnorm) rule."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def test_tn_is_one_iff_same_direction_and_length(a, k, form):
 @settings(max_examples=40, deadline=None)
 @given(st.floats(0.05, 3.1), st.floats(0.1, 10.0))
 def test_tn_equal_norms_is_one_minus_sin_half_angle(angle, r):
-    """k = 1: L_TN = sqrt((1 − cos γ)/2) = sin(γ/2), so sim_TN = 1 − sin(γ/2) (digest §2); < 1 for γ > 0."""
+    """k = 1: L_TN = sqrt((1 − cos γ)/2) = sin(γ/2), so sim_TN = 1 − sin(γ/2); < 1 for γ > 0."""
     x = torch.tensor([[r, 0.0]])
     y = torch.tensor([[r * math.cos(angle), r * math.sin(angle)]])
     s = float(get_similarity("tn")(x, y))
@@ -286,7 +286,7 @@ def _grads(loss_module, features):
 @pytest.mark.parametrize("lambda_", [0.0, 0.5])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_cached_loss_and_gradients_equal_the_plain_loss(tiny_model, sentences, lambda_, dtype):
-    """GradCache must back-propagate *both* cached parts (embedding and NAP input; digest 002 §8.3).
+    """GradCache must back-propagate *both* cached parts (embedding and NAP input).
 
     In fp64 gradients agree to 1e-5 and better; in fp32 the InfoTN path amplifies the rounding differences of
     mini-batched backward passes (different padding widths), so fp32 is checked loosely.

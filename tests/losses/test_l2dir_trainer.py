@@ -1,6 +1,6 @@
 """L2Dir with the SentenceTransformerTrainer: logging, and the NAP head saved with checkpoints and restored on resume.
 
-sentence-transformers saves only the model and restores only the model (ECOSYSTEM.md §2.6), so without
+sentence-transformers saves only the model and restores only the model, so without
 L2DirCallback a resumed run silently restarts the NAP head from random weights.
 """
 

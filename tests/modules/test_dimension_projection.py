@@ -71,7 +71,7 @@ def test_orthogonal_init_preserves_norms_when_expanding():
 
 
 def test_pool_then_project_equals_paper_project_then_pool(tiny_model_raw, sentences):
-    """Paper 003 §3.1 projects every token then mean-pools; the module pools then projects (digest §1.3)."""
+    """Paper 003 §3.1 projects every token then mean-pools; the module pools then projects."""
     add_dimension_projection(tiny_model_raw, 40, seed=0)
     proj = tiny_model_raw[2]
     features = tiny_model_raw.preprocess(sentences)

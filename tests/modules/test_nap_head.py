@@ -20,7 +20,7 @@ from st_magnitude.modules.nap_head import NAP_INPUTS, NAPHead, NAPInputTap, moda
 
 
 def test_default_head_is_one_linear_d_to_d_and_never_normalizes():
-    # Given a head of width 8 (paper: "input and output dimensions align", digest §5.3: one Linear(d, d))
+    # Given a head of width 8 (paper: "input and output dimensions align"; one Linear(d, d))
     torch.manual_seed(0)
     head = NAPHead(8)
     linear = head.projections["default"]
@@ -41,7 +41,7 @@ def test_bottleneck_head_matches_manual_two_layer_mlp():
     x = torch.randn(3, 12)
     ref = torch.relu(x @ first.weight.T + first.bias) @ second.weight.T + second.bias
     torch.testing.assert_close(head.project(x), ref)
-    # parameter count of the paper's VLM hypothesis (b): d -> 16 -> d with biases (digest §5.3)
+    # parameter count of the paper's VLM hypothesis (b): d -> 16 -> d with biases
     assert sum(p.numel() for p in NAPHead(1536, hidden_features=16).parameters()) == 50_704
 
 

@@ -85,7 +85,7 @@ def test_cli_fit_and_choose(tmp_path, capsys):
     budget_png = tmp_path / "budget.png"
     args = ["scaling", "choose", "--law", "BERT/TREC", "--budget", "1e10", "--docs", "1e6", "--plot", str(budget_png)]
     assert main(args) == 0
-    assert "0.7411" in capsys.readouterr().out  # digest §8 worked optimum γ̂
+    assert "0.7411" in capsys.readouterr().out  # worked optimum γ̂ (closed form of paper 003 §4.5)
     assert budget_png.is_file() and budget_png.stat().st_size > 1000
 
 

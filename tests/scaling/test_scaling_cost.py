@@ -1,4 +1,4 @@
-"""Cost-aware allocation (paper 003 §4.5) against the closed forms and the digest's worked optimum table."""
+"""Cost-aware allocation (paper 003 §4.5) against the closed forms and a worked optimum table."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from st_magnitude.scaling.fit import PAPER_JOINT_LAWS, JointLawFit
 
 LAW = PAPER_JOINT_LAWS["BERT/TREC"]
 
-# digest 003 §8: (scoring, M, B) -> (γ̂, N̂ in M params, D̂, L̂)
+# worked optima (paper 003 §4.5 closed forms): (scoring, M, B) -> (γ̂, N̂ in M params, D̂, L̂)
 TABLE = [
     ("exhaustive", 1e5, 1e9, 0.8843, 13.82, 578.4, 0.5223),
     ("exhaustive", 1e6, 1e9, 0.6641, 10.38, 167.9, 0.6691),
@@ -79,7 +79,7 @@ def test_budget_curve_has_interior_optimum_and_infeasible_tail():
 
 
 def test_index_bytes_and_errors():
-    assert index_bytes(8_841_823, 768) / 1e9 == pytest.approx(27.16, abs=0.01)  # digest §8 MS MARCO example
+    assert index_bytes(8_841_823, 768) / 1e9 == pytest.approx(27.16, abs=0.01)  # MS MARCO: 8.84M × 768 fp32
     with pytest.raises(ValueError, match="exhaustive, ann"):
         scoring_flops(10, 100, "hnsw")
     with pytest.raises(ValueError, match="open interval"):

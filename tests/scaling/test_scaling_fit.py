@@ -1,4 +1,4 @@
-"""Law fits recover the paper's constants (digest 003 §6) from synthetic data, from bad starting points."""
+"""Law fits recover the paper's constants from synthetic data, from bad starting points."""
 
 from __future__ import annotations
 
