@@ -12,6 +12,19 @@ from st_magnitude.replication.common import Context, auc_stat, beir_folder, load
 __all__ = ["arm_summary", "compare_metric", "compare_auc", "eval_sets"]
 
 
+#: The cpu profile every bert-tiny retrieval claim shares (NFCorpus train; eval subsampled NanoBEIR-style), so the
+#: claims differ only in what they compare.
+CPU_RETRIEVAL = dict(
+    model="bert-tiny",
+    steps=40,
+    batch_size=16,
+    learning_rate=1e-4,
+    max_seq_length=96,
+    eval_queries=150,
+    eval_corpus=800,
+)
+
+
 def eval_sets(ctx: Context, names: tuple[str, ...]) -> list:
     s = ctx.settings
     return [

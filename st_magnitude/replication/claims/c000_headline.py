@@ -17,7 +17,7 @@ from st_magnitude.evaluation import stats
 from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import ROUTER, evaluate_all, fine_tune_and_eval
-from st_magnitude.replication.claims._shared import arm_summary, compare_metric, eval_sets
+from st_magnitude.replication.claims._shared import CPU_RETRIEVAL, arm_summary, compare_metric, eval_sets
 from st_magnitude.replication.common import Context, base_model, beir_folder, describe_model, retrieval_pairs
 
 VARIANTS = ("cosine", "dot", "qnorm", "dnorm")
@@ -106,13 +106,7 @@ CLAIM = Claim(
     ),
     profiles={
         "cpu": dict(
-            model="bert-tiny",
-            steps=40,
-            batch_size=16,
-            learning_rate=1e-4,
-            max_seq_length=96,
-            eval_queries=150,
-            eval_corpus=800,
+            **CPU_RETRIEVAL,
             **_COMMON,
         ),
         "gpu": dict(

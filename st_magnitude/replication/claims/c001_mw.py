@@ -14,7 +14,7 @@ from st_magnitude.evaluation import stats
 from st_magnitude.losses import MWLoss, PartialNormInfoNCELoss
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import fine_tune_and_eval
-from st_magnitude.replication.claims._shared import arm_summary, compare_auc, compare_metric, eval_sets
+from st_magnitude.replication.claims._shared import CPU_RETRIEVAL, arm_summary, compare_auc, compare_metric, eval_sets
 from st_magnitude.replication.common import Context, beir_folder, describe_model, retrieval_pairs
 
 IN_DOMAIN = "nfcorpus"
@@ -82,13 +82,7 @@ CLAIM = Claim(
     ),
     profiles={
         "cpu": dict(
-            model="bert-tiny",
-            steps=40,
-            batch_size=16,
-            learning_rate=1e-4,
-            max_seq_length=96,
-            eval_queries=150,
-            eval_corpus=800,
+            **CPU_RETRIEVAL,
             eval_data=["nfcorpus"],
             **_COMMON,
         ),
