@@ -20,6 +20,7 @@ import importlib
 import importlib.util
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 
 
@@ -75,5 +76,43 @@ def lazy_exports(
 
     def __dir__() -> list[str]:
         return sorted(set(module.__dict__) | set(targets))
+
+    return __getattr__, __dir__
+
+
+def moved_exports(
+    module_name: str, moved: Mapping[str, str], *, removal: str = "0.3"
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """Return ``(__getattr__, __dir__)`` for a module whose public names moved elsewhere (one release of grace).
+
+    Each access to a moved name through the old path imports it from its new module and emits a
+    ``DeprecationWarning`` naming the new import, so code written against the old layout keeps working::
+
+        # st_magnitude/callbacks_l2dir.py (old path, kept as a shim)
+        from st_magnitude._lazy import moved_exports
+
+        __getattr__, __dir__ = moved_exports(__name__, {"NAPHeadCheckpointCallback": "st_magnitude.callbacks"})
+
+    Args:
+        module_name: the old module's ``__name__``.
+        moved: moved name -> the absolute module that now provides it.
+        removal: the release in which the old path goes away (named in the warning).
+    """
+    module = sys.modules[module_name]
+
+    def __getattr__(name: str) -> object:
+        target = moved.get(name)
+        if target is None:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{module_name}.{name} moved: use `from {target} import {name}` "
+            f"(the old path is removed in st-magnitude {removal})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(target), name)
+
+    def __dir__() -> list[str]:
+        return sorted(set(module.__dict__) | set(moved))
 
     return __getattr__, __dir__
