@@ -13,6 +13,9 @@ import pytest
 
 MOVED: list[tuple[str, str, str]] = [
     # (old module, name, new module)
+    ("st_magnitude.losses.margin_contrastive", "BertRecipeLoss", "st_magnitude.losses.bert_recipe"),
+    ("st_magnitude.losses.margin_contrastive", "EttinRecipeLoss", "st_magnitude.losses.ettin_recipe"),
+    ("st_magnitude.losses.margin_contrastive", "MagnitudeMatryoshkaLoss", "st_magnitude.losses.magnitude_matryoshka"),
 ]
 
 

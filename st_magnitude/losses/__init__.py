@@ -42,13 +42,10 @@ __getattr__, __dir__ = lazy_exports(
     {
         "._common": ("LossSimilarityWarning",),
         ".l2dir": ("PAPER_TEMPERATURES", "CachedL2DirLoss", "InfoTNCollapseWarning", "InfoTNLoss", "L2DirLoss"),
-        ".margin_contrastive": (
-            "BertRecipeLoss",
-            "EttinRecipeLoss",
-            "MagnitudeMatryoshkaLoss",
-            "MarginContrastiveLoss",
-            "teacher_scores",
-        ),
+        ".bert_recipe": ("BertRecipeLoss",),
+        ".ettin_recipe": ("EttinRecipeLoss",),
+        ".magnitude_matryoshka": ("MagnitudeMatryoshkaLoss",),
+        ".margin_contrastive": ("MarginContrastiveLoss", "teacher_scores"),
         ".mw": ("CachedMWLoss", "MWLoss", "pairwise_softplus_sum"),
         ".partial_norm_infonce": ("CachedPartialNormInfoNCELoss", "PartialNormInfoNCELoss"),
         ".revela": ("RevelaLMCheckpointCallback", "RevelaLoss"),

@@ -1,4 +1,5 @@
-"""The two training recipes of paper 003 (Killingback et al., "Scaling Laws for Embedding Dimension in IR").
+"""Margin-MSE + contrastive loss, the base of paper 003's two training recipes (Killingback et al., "Scaling Laws
+for Embedding Dimension in IR"); the recipes are ``bert_recipe.BertRecipeLoss`` and ``ettin_recipe.EttinRecipeLoss``.
 
 BERT recipe (paper eqs. 1–3)::
 
@@ -19,7 +20,6 @@ variants), so the same recipes also train qnorm / dnorm / learnable models.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -27,25 +27,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from st_magnitude.convert import set_training_similarity
+from st_magnitude._lazy import moved_exports
 from st_magnitude.losses._common import check_columns, check_finite
 from st_magnitude.similarity import Similarity, get_similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "IN_BATCH_NEGATIVES",
-    "MarginContrastiveLoss",
-    "BertRecipeLoss",
-    "EttinRecipeLoss",
-    "MagnitudeMatryoshkaLoss",
-    "teacher_scores",
-]
+__all__ = ["IN_BATCH_NEGATIVES", "SCALING_CITATION", "MarginContrastiveLoss", "teacher_scores"]
 
 #: Which in-batch passages form the contrastive denominator.
 IN_BATCH_NEGATIVES: tuple[str, ...] = ("positives", "all")
 
-_CITATION = """
+SCALING_CITATION = """
 @inproceedings{killingback2026scaling,
     title={Scaling Laws for Embedding Dimension in Information Retrieval},
     author={Killingback, Julian and Rafiee, Mahta and Manas, Madine and Zamani, Hamed},
@@ -246,122 +239,7 @@ class MarginContrastiveLoss(nn.Module):
 
     @property
     def citation(self) -> str:
-        return _CITATION
-
-
-class BertRecipeLoss(MarginContrastiveLoss):
-    def __init__(self, model: nn.Module, margin_mse_weight: float = 1.0, contrastive_weight: float = 1.0) -> None:
-        """
-        Paper 003's BERT recipe: Margin-MSE against teacher margins + in-batch cross-entropy whose negatives are
-        only the other queries' positives, weighted 1:1, raw dot product, no temperature (eqs. 1–3).
-
-        Args:
-            model: the SentenceTransformer to train (no ``Normalize``: the recipe uses raw dot products).
-            margin_mse_weight: weight of Margin-MSE (paper: 1.0).
-            contrastive_weight: weight of the in-batch cross-entropy (paper: 1.0).
-
-        References:
-            - Killingback et al., SIGIR 2026, eqs. 1–3 and §3.3 (7 hard negatives, teacher
-              ``cross-encoder/ms-marco-MiniLM-L-12-v2``).
-
-        Requirements:
-            1. (query, positive, negative_1, ..., negative_k) rows (paper: k = 7).
-            2. Teacher scores as labels, e.g. ``teacher_scores(CrossEncoder(...), ...)``; any scorer works.
-
-        Inputs:
-            +------------------------------------------------+--------------------------------------------------------+
-            | Texts                                          | Labels                                                 |
-            +================================================+========================================================+
-            | (query, positive, negative_1, ..., negative_k) | [t(q, pos), t(q, neg_1), ..., t(q, neg_k)] or margins  |
-            +------------------------------------------------+--------------------------------------------------------+
-
-        Recommendations:
-            - Put a :class:`~st_magnitude.modules.dimension_projection.DimensionProjection` after pooling to set
-              the output dimension (``add_dimension_projection(model, m)``).
-
-        Relations:
-            - :class:`MarginContrastiveLoss` with ``similarity="dot", scale=1, in_batch_negatives="positives"``.
-
-        Example:
-            ::
-
-                from sentence_transformers import SentenceTransformer
-                from st_magnitude import strip_normalize
-                from st_magnitude.losses.margin_contrastive import BertRecipeLoss
-                from st_magnitude.modules.dimension_projection import add_dimension_projection
-
-                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
-                strip_normalize(model)  # Transformer + Pooling, similarity "dot": the raw-dot recipe
-                add_dimension_projection(model, 1536)
-                loss = BertRecipeLoss(model)
-        """
-        super().__init__(
-            model,
-            similarity="dot",
-            scale=1.0,
-            in_batch_negatives="positives",
-            margin_mse_weight=margin_mse_weight,
-            contrastive_weight=contrastive_weight,
-        )
-        # the model now serves what it is trained with (raw dot, τ = 1), so model.similarity and the evaluators agree
-        set_training_similarity(model, "dot", 1.0, recipe="paper 003 BERT")
-
-
-class EttinRecipeLoss(MarginContrastiveLoss):
-    def __init__(self, model: nn.Module, temperature: float = 0.02) -> None:
-        """
-        Paper 003's Ettin recipe: cross-entropy only, on normalised embeddings (cosine) with τ = 0.02 (scale 50),
-        negatives = every in-batch passage except the own positive (eq. 4).
-
-        Args:
-            model: the SentenceTransformer to train.
-            temperature: τ; logits are cos/τ (paper: 0.02). ST's MultipleNegativesRankingLoss default is 0.05.
-
-        References:
-            - Killingback et al., SIGIR 2026, eq. 4 and §3.3.
-
-        Requirements:
-            1. (query, positive, negative_1, ..., negative_k) rows (paper: k = 7), or (query, positive) pairs.
-
-        Inputs:
-            +------------------------------------------------+--------+
-            | Texts                                          | Labels |
-            +================================================+========+
-            | (query, positive, negative_1, ..., negative_k) | none   |
-            +------------------------------------------------+--------+
-
-        Recommendations:
-            - Large batches; ``BatchSamplers.NO_DUPLICATES``.
-
-        Relations:
-            - Equals ST's ``MultipleNegativesRankingLoss(model, scale=1/τ, similarity_fct=cos_sim)``.
-
-        Example:
-            ::
-
-                from sentence_transformers import SentenceTransformer
-                from st_magnitude.losses.margin_contrastive import EttinRecipeLoss
-
-                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
-                loss = EttinRecipeLoss(model, temperature=0.02)
-        """
-        if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0):
-            raise ValueError(f"temperature must be a positive number, got {temperature!r}")
-        super().__init__(
-            model,
-            similarity="cosine",
-            scale=1.0 / float(temperature),
-            in_batch_negatives="all",
-            margin_mse_weight=0.0,
-            contrastive_weight=1.0,
-        )
-        self.temperature = float(temperature)
-        set_training_similarity(model, "cosine", self.temperature, recipe="paper 003 Ettin")  # served: cosine, τ
-
-    def get_config_dict(self) -> dict[str, Any]:
-        config = super().get_config_dict()
-        config["temperature"] = self.temperature
-        return config
+        return SCALING_CITATION
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -429,111 +307,12 @@ def _as_pair_scorer(teacher: Any, batch_size: int) -> Callable[[list[str], list[
     )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Matryoshka without re-normalisation
-# ----------------------------------------------------------------------------------------------------------------
-class MagnitudeMatryoshkaLoss(nn.Module):
-    def __init__(
-        self,
-        model: nn.Module,
-        loss: nn.Module,
-        matryoshka_dims: Sequence[int],
-        matryoshka_weights: Sequence[float] | None = None,
-        set_roles: bool = True,
-    ) -> None:
-        """
-        Matryoshka training that keeps magnitude: the inner loss sees the first ``d`` coordinates of each
-        embedding for every ``d`` in ``matryoshka_dims``, **without** re-normalisation, and the weighted sum is
-        returned. ST's ``MatryoshkaLoss`` L2-normalises every truncated embedding, which destroys the norm that
-        dot / qnorm / dnorm / learnable similarities rely on. Here a model trained with a raw-dot recipe stays a
-        raw-dot model at every truncation, and inference-time ``truncate_dim`` (also a plain slice) matches
-        training.
-
-        Args:
-            model: the SentenceTransformer to train.
-            loss: an inner loss exposing ``compute_loss_from_embeddings(embeddings, labels)`` (e.g.
-                :class:`BertRecipeLoss`, :class:`EttinRecipeLoss`, ST's ``MultipleNegativesRankingLoss``).
-            matryoshka_dims: truncation sizes, each in [1, full dimension].
-            matryoshka_weights: one weight per dimension (default: all 1).
-            set_roles: set ``features["task"]`` to query / document when absent (as :class:`MarginContrastiveLoss`).
-
-        References:
-            - Kusupati et al., Matryoshka Representation Learning, https://arxiv.org/abs/2205.13147.
-            - Killingback et al., SIGIR 2026, §5 (the laws could choose the truncation size).
-
-        Requirements:
-            1. The inner loss's requirements.
-
-        Inputs:
-            +---------------------------------+---------------------------------+
-            | Texts                           | Labels                          |
-            +=================================+=================================+
-            | as the inner loss               | as the inner loss               |
-            +---------------------------------+---------------------------------+
-
-        Recommendations:
-            - Use a normalising inner loss (Ettin recipe) only if you want normalised truncations: the cosine in
-              the inner loss then normalises each truncation itself.
-
-        Relations:
-            - ST's ``MatryoshkaLoss`` is this loss plus ``F.normalize`` after every truncation.
-
-        Example:
-            ::
-
-                from sentence_transformers import SentenceTransformer
-                from st_magnitude import strip_normalize
-                from st_magnitude.losses.margin_contrastive import BertRecipeLoss, MagnitudeMatryoshkaLoss
-
-                model = strip_normalize(SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2"))
-                loss = MagnitudeMatryoshkaLoss(model, BertRecipeLoss(model), [384, 128, 32])
-        """
-        super().__init__()
-        if not hasattr(loss, "compute_loss_from_embeddings"):
-            raise ValueError(
-                f"inner loss {type(loss).__name__} has no compute_loss_from_embeddings(embeddings, labels); use "
-                "BertRecipeLoss, EttinRecipeLoss, MarginContrastiveLoss or ST's MultipleNegativesRankingLoss"
-            )
-        dims = list(matryoshka_dims)
-        if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
-            raise ValueError(f"matryoshka_dims must be a non-empty list of positive ints, got {matryoshka_dims!r}")
-        weights = [1.0] * len(dims) if matryoshka_weights is None else [float(w) for w in matryoshka_weights]
-        if len(weights) != len(dims) or any(not (w >= 0 and math.isfinite(w)) for w in weights):
-            raise ValueError("matryoshka_weights needs one finite, non-negative weight per dimension")
-        self.model = model
-        self.loss = loss
-        self.matryoshka_dims = dims
-        self.matryoshka_weights = weights
-        self.set_roles = bool(set_roles)
-
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> dict[str, Tensor]:
-        embeddings = []
-        for i, f in enumerate(sentence_features):
-            if self.set_roles and "task" not in f:
-                f["task"] = "query" if i == 0 else "document"
-            embeddings.append(self.model(f)["sentence_embedding"])
-        return self.compute_loss_from_embeddings(embeddings, labels)
-
-    def compute_loss_from_embeddings(self, embeddings: Sequence[Tensor], labels: Tensor | None) -> dict[str, Tensor]:
-        full = embeddings[0].shape[-1]
-        bad = [d for d in self.matryoshka_dims if d > full]
-        if bad:
-            raise ValueError(f"matryoshka_dims {bad} exceed the embedding dimension {full}")
-        out: dict[str, Tensor] = {}
-        for dim, weight in zip(self.matryoshka_dims, self.matryoshka_weights):
-            value = self.loss.compute_loss_from_embeddings([e[..., :dim] for e in embeddings], labels)
-            terms = value if isinstance(value, dict) else {"loss": value}
-            for key, term in terms.items():
-                out[f"{key}_{dim}"] = weight * term
-        return out
-
-    def get_config_dict(self) -> dict[str, Any]:
-        return {
-            "loss": type(self.loss).__name__,
-            "matryoshka_dims": self.matryoshka_dims,
-            "matryoshka_weights": self.matryoshka_weights,
-        }
-
-    @property
-    def citation(self) -> str:
-        return _CITATION
+# the recipes and the Matryoshka wrapper had this module until 0.2; one module per loss since
+__getattr__, __dir__ = moved_exports(
+    __name__,
+    {
+        "BertRecipeLoss": "st_magnitude.losses.bert_recipe",
+        "EttinRecipeLoss": "st_magnitude.losses.ettin_recipe",
+        "MagnitudeMatryoshkaLoss": "st_magnitude.losses.magnitude_matryoshka",
+    },
+)

@@ -20,6 +20,9 @@ MODULES = (
     "st_magnitude.losses.mw",
     "st_magnitude.losses.l2dir",
     "st_magnitude.losses.margin_contrastive",
+    "st_magnitude.losses.bert_recipe",
+    "st_magnitude.losses.ettin_recipe",
+    "st_magnitude.losses.magnitude_matryoshka",
     "st_magnitude.callbacks_l2dir",
 )
 MODEL_NAME = re.compile(r"""(["'])(?:sentence-transformers/)?all-MiniLM-L6-v2\1""")
@@ -75,9 +78,9 @@ def test_every_loss_with_a_docstring_has_its_example_collected():
         "l2dir.L2DirLoss",
         "l2dir.CachedL2DirLoss",
         "margin_contrastive.MarginContrastiveLoss",
-        "margin_contrastive.BertRecipeLoss",
-        "margin_contrastive.EttinRecipeLoss",
-        "margin_contrastive.MagnitudeMatryoshkaLoss",
+        "bert_recipe.BertRecipeLoss",
+        "ettin_recipe.EttinRecipeLoss",
+        "magnitude_matryoshka.MagnitudeMatryoshkaLoss",
     }
     assert expected <= names, sorted(expected - names)
 

@@ -12,12 +12,9 @@ from hypothesis import strategies as st
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from sentence_transformers.util import cos_sim
 
-from st_magnitude.losses.margin_contrastive import (
-    BertRecipeLoss,
-    EttinRecipeLoss,
-    MarginContrastiveLoss,
-    teacher_scores,
-)
+from st_magnitude.losses.bert_recipe import BertRecipeLoss
+from st_magnitude.losses.ettin_recipe import EttinRecipeLoss
+from st_magnitude.losses.margin_contrastive import MarginContrastiveLoss, teacher_scores
 
 
 def _embeddings(B=4, k=3, m=8, seed=0):
@@ -210,7 +207,7 @@ def test_trainer_logs_both_terms(tiny_model_raw, tmp_path):
 
 
 def test_magnitude_matryoshka_slices_without_normalising(tiny_model_raw):
-    from st_magnitude.losses.margin_contrastive import MagnitudeMatryoshkaLoss
+    from st_magnitude.losses.magnitude_matryoshka import MagnitudeMatryoshkaLoss
 
     embs = [e * 3 for e in _embeddings(m=8)]
     teacher = torch.randn(4, 4, generator=torch.Generator().manual_seed(2))
