@@ -17,11 +17,14 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
+import tqdm
 from sentence_transformers.base.losses import CachedLossMixin
+from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.util import all_gather_with_grad, get_rank, get_world_size
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
@@ -282,29 +285,39 @@ def similarity_config(sim_name: str, scoring: Similarity, carried: Similarity | 
     }
 
 
-class CachedFamilyLoss(CachedLossMixin, nn.Module):
-    """Plumbing shared by the cached (GradCache) family losses: validation, roles, and the gathered batch."""
+@dataclass
+class GatheredBatch:
+    """A validated (and, with ``gather_across_devices``, gathered) batch of per-column embeddings.
 
-    def _setup_cached(
-        self,
-        model: nn.Module,
-        similarity: str | Similarity | None,
-        mini_batch_size: int,
-        mini_batch_num_tokens: int | None,
-        gather_across_devices: bool,
-        show_progress_bar: bool,
-    ) -> None:
-        if not (isinstance(mini_batch_size, int) and mini_batch_size > 0):
-            raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
-        if mini_batch_num_tokens is not None and not (
-            isinstance(mini_batch_num_tokens, int) and mini_batch_num_tokens > 0
-        ):
-            raise ValueError(f"mini_batch_num_tokens must be a positive int or None, got {mini_batch_num_tokens!r}")
+    This process's anchors are rows ``offset:offset + size`` of ``queries``; ``docs`` are the document columns
+    (positives first), ``docs_all`` their concatenation; ``extra`` holds what a loss precomputes once per batch.
+    """
+
+    size: int
+    queries: Tensor
+    docs: list[Tensor]
+    docs_all: Tensor
+    offset: int
+    world: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def local_rows(self, begin: int, end: int) -> Tensor:
+        """Indices, in the gathered batch, of this process's anchors ``begin:end``."""
+        return torch.arange(self.offset + begin, self.offset + end, device=self.queries.device)
+
+
+class FamilyLoss(nn.Module):
+    """Base of the losses scored with a member of the similarity family (InfoNCE, MW).
+
+    Holds the shared set-up (model, similarity resolution, gathering, duplicate check) and the forward pass. A
+    subclass computes its loss over a row range of a :class:`GatheredBatch` (:meth:`rows_loss`), which lets the
+    cached twin (:class:`CachedLoss`) run the same code chunk by chunk on the cached embeddings.
+    """
+
+    def __init__(self, model: nn.Module, similarity: str | Similarity | None, gather_across_devices: bool) -> None:
+        super().__init__()
         self.model = model
-        self.mini_batch_size = mini_batch_size
-        self.mini_batch_num_tokens = mini_batch_num_tokens
         self.gather_across_devices = bool(gather_across_devices)
-        self.show_progress_bar = show_progress_bar
         self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
             model, similarity, type(self).__name__
         )
@@ -314,17 +327,128 @@ class CachedFamilyLoss(CachedLossMixin, nn.Module):
         features = list(sentence_features)
         check_columns([feature_rows(f) for f in features], type(self).__name__)
         if self.carried is not None:
+            features = set_roles(features)
+        embeddings = embed_columns(self.model, features)
+        return self.compute_loss_from_embeddings(embeddings, labels)
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
+        """The loss from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``)."""
+        sync_loss_held_gradients(self)
+        batch = self.prepare_batch(list(embeddings), rows_per_chunk=embeddings[0].size(0))
+        return self.rows_loss(batch, 0, batch.size)
+
+    def prepare_batch(self, columns: list[Tensor], rows_per_chunk: int, detach_shared: bool = False) -> GatheredBatch:
+        """Validate and gather ``columns``; a subclass adds what it computes once per batch to ``extra``.
+
+        ``rows_per_chunk`` is how many anchors :meth:`rows_loss` will get at a time; with ``detach_shared`` (the
+        cached twin's chunked backward) a quantity shared by all chunks is held as a detached leaf, whose gradient
+        :meth:`finish_batch` back-propagates once.
+        """
+        name = type(self).__name__
+        queries, docs, offset, world = prepare_columns(columns, self.gather_across_devices, name)
+        self._duplicates(docs[0], name)
+        return GatheredBatch(columns[0].size(0), queries, docs, torch.cat(docs, dim=0), offset, world)
+
+    def rows_loss(self, batch: GatheredBatch, begin: int, end: int) -> Tensor:
+        """The part of the batch loss contributed by this process's anchors ``begin:end``."""
+        raise NotImplementedError
+
+    def finish_batch(self, batch: GatheredBatch) -> None:
+        """Back-propagate what :meth:`prepare_batch` held detached (``detach_shared``); nothing by default."""
+
+    def similarity_config(self) -> dict[str, Any]:
+        """The similarity part of ``get_config_dict`` (rendered in the model card)."""
+        return similarity_config(self.similarity_name, self.similarity_fct, self.carried)
+
+
+class CachedLoss(CachedLossMixin, nn.Module):
+    """A GradCache twin that wraps its plain loss, as ST's ``CachedMultipleNegativesRankingLoss`` wraps MNRL.
+
+    The plain loss lives in ``self.loss`` and owns every hyper-parameter: the names in
+    ``_delegated_to_wrapped_loss`` read from and assign to it, and ``get_config_dict`` / ``citation`` are its own
+    plus the mini-batch settings. The loss itself is computed by the plain loss's code on the cached embeddings:
+    by default :meth:`calculate_loss` runs ``FamilyLoss.rows_loss`` over ``mini_batch_size`` anchors at a time.
+    Parameters held by the plain loss (γ̂, a NAP head) get their gradient scaled like the backbone's
+    (:func:`forward_cached_scaled`).
+    """
+
+    #: Attributes of the wrapped loss exposed (read and assignment) on the cached loss.
+    _delegated_to_wrapped_loss: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls._delegated_to_wrapped_loss:
+            if name not in cls.__dict__:
+                setattr(cls, name, property(lambda self, _name=name: getattr(self.loss, _name)))
+
+    def __init__(
+        self,
+        loss: nn.Module,
+        mini_batch_size: int,
+        mini_batch_num_tokens: int | None = None,
+        show_progress_bar: bool = False,
+    ) -> None:
+        super().__init__()
+        if not (isinstance(mini_batch_size, int) and mini_batch_size > 0):
+            raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
+        if mini_batch_num_tokens is not None and not (
+            isinstance(mini_batch_num_tokens, int) and mini_batch_num_tokens > 0
+        ):
+            raise ValueError(f"mini_batch_num_tokens must be a positive int or None, got {mini_batch_num_tokens!r}")
+        self.model = loss.model  # registered first: the backbone's parameters keep their names (model.*)
+        self.loss = loss
+        self.mini_batch_size = mini_batch_size
+        self.mini_batch_num_tokens = mini_batch_num_tokens
+        self.show_progress_bar = show_progress_bar
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``loss.scale = 5`` must reach the wrapped loss (a property has no setter, and nn.Module would register a
+        # module-valued attribute such as similarity_fct on the wrapper instead)
+        if name in self._delegated_to_wrapped_loss and isinstance(
+            self.__dict__.get("_modules", {}).get("loss"), nn.Module
+        ):
+            setattr(self.loss, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        features = list(sentence_features)
+        check_columns([feature_rows(f) for f in features], type(self).__name__)
+        if getattr(self.loss, "carried", None) is not None:
             features = set_roles(features)  # before the mixin embeds: _create_minibatch keeps "task"
         sync_loss_held_gradients(self)
         return forward_cached_scaled(self, features, labels)
 
-    def _gathered(self, reps: list[list[Tensor]]) -> tuple[int, Tensor, list[Tensor], Tensor, int, int]:
-        """(local batch size, queries, document columns, all documents, this rank's offset, world size)."""
-        sync_loss_held_gradients(self)
-        columns = [torch.cat(r) for r in reps]
-        queries, docs, offset, world = prepare_columns(columns, self.gather_across_devices, type(self).__name__)
-        self._duplicates(docs[0], type(self).__name__)
-        return columns[0].size(0), queries, docs, torch.cat(docs, dim=0), offset, world
+    def calculate_loss(
+        self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
+    ) -> Tensor:
+        """The plain loss over the whole batch, ``mini_batch_size`` anchors at a time (backward per chunk)."""
+        batch = self.loss.prepare_batch(
+            [torch.cat(r) for r in reps], rows_per_chunk=self.mini_batch_size, detach_shared=with_backward
+        )
+        total: Tensor | float = 0.0
+        for begin in tqdm.trange(
+            0, batch.size, self.mini_batch_size, desc="Calculating loss", disable=not self.show_progress_bar
+        ):
+            chunk = self.loss.rows_loss(batch, begin, min(begin + self.mini_batch_size, batch.size))
+            if with_backward:
+                chunk.backward()
+                chunk = chunk.detach()
+            total = total + chunk
+        if with_backward:
+            self.loss.finish_batch(batch)
+        return total
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {
+            **self.loss.get_config_dict(),
+            "mini_batch_size": self.mini_batch_size,
+            "mini_batch_num_tokens": self.mini_batch_num_tokens,
+        }
+
+    @property
+    def citation(self) -> str:
+        return self.loss.citation
 
 
 # --- parameters held by the loss (γ̂ of a learnable similarity on a plain model, the L2Dir NAP head) ---------------

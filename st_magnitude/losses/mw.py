@@ -14,27 +14,13 @@ bounded by ``chunk_size`` whatever B is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-import tqdm
-from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import (
-    CachedFamilyLoss,
-    DuplicateCheck,
-    at_least_fp32,
-    check_columns,
-    feature_rows,
-    prepare_columns,
-    resolve_similarity,
-    set_roles,
-    similarity_config,
-    sync_loss_held_gradients,
-)
+from st_magnitude.losses._common import CachedLoss, FamilyLoss, GatheredBatch, at_least_fp32
 from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
@@ -138,7 +124,7 @@ def _normaliser(reduction: str, world_batch: int, n_docs: int, world: int) -> fl
     return world / (world_batch * n_negatives)
 
 
-class MWLoss(nn.Module):
+class MWLoss(FamilyLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -218,41 +204,37 @@ class MWLoss(nn.Module):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=MWLoss(model))
                 trainer.train()
         """
-        super().__init__()
         _check_mw_args(temperature, reduction, chunk_size)
-        self.model = model
+        super().__init__(model, similarity, gather_across_devices)
         self.temperature = float(temperature)
         self.reduction = reduction
         self.chunk_size = chunk_size
-        self.gather_across_devices = bool(gather_across_devices)
-        self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
-            model, similarity, type(self).__name__
-        )
-        self._duplicates = DuplicateCheck()
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        features = list(sentence_features)
-        check_columns([feature_rows(f) for f in features], type(self).__name__)
-        if self.carried is not None:
-            features = set_roles(features)
-        embeddings = embed_columns(self.model, features)
-        return self.compute_loss_from_embeddings(embeddings, labels)
-
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
-        """MW loss from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``)."""
-        sync_loss_held_gradients(self)
-        batch_size = embeddings[0].size(0)
-        queries, docs, offset, world = prepare_columns(
-            list(embeddings), self.gather_across_devices, type(self).__name__
+    def prepare_batch(self, columns: list[Tensor], rows_per_chunk: int, detach_shared: bool = False) -> GatheredBatch:
+        """Also score the B_world positives s_i⁺ once (every chunk compares its negatives with all of them) and fix
+        the pair-chunk size and the normalising factor."""
+        batch = super().prepare_batch(columns, rows_per_chunk)
+        positives = at_least_fp32(self.similarity_fct.pairwise(batch.queries, batch.docs[0]))
+        batch.extra.update(
+            positives=positives,
+            positives_input=positives.detach().requires_grad_() if detach_shared else positives,
+            pair_chunk=_auto_chunk(self.chunk_size, rows_per_chunk * batch.docs_all.size(0)),
+            factor=_normaliser(self.reduction, batch.queries.size(0), batch.docs_all.size(0), batch.world),
         )
-        self._duplicates(docs[0], type(self).__name__)
-        docs_all = torch.cat(docs, dim=0)
-        local = torch.arange(offset, offset + batch_size, device=queries.device)
-        positives = self.similarity_fct.pairwise(queries, docs[0])  # all B_world positives s_i⁺
-        negatives = mw_negatives(self.similarity_fct, queries[local], docs_all, local)
-        chunk = _auto_chunk(self.chunk_size, batch_size * docs_all.size(0))
-        pair_sum = pairwise_softplus_sum(positives, negatives, self.temperature, chunk)
-        return pair_sum * _normaliser(self.reduction, queries.size(0), docs_all.size(0), world)
+        return batch
+
+    def rows_loss(self, batch: GatheredBatch, begin: int, end: int) -> Tensor:
+        """The pairs of this process's anchors ``begin:end``: their negatives against every positive of the batch."""
+        local = batch.local_rows(begin, end)
+        negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local)
+        positives, pair_chunk = batch.extra["positives_input"], batch.extra["pair_chunk"]
+        return pairwise_softplus_sum(positives, negatives, self.temperature, pair_chunk) * batch.extra["factor"]
+
+    def finish_batch(self, batch: GatheredBatch) -> None:
+        """Back-propagate the positives' gradient, accumulated over the chunks, once."""
+        held, positives = batch.extra["positives_input"], batch.extra["positives"]
+        if held is not positives and held.grad is not None:
+            positives.backward(held.grad)
 
     @property
     def scale(self) -> float:
@@ -260,7 +242,7 @@ class MWLoss(nn.Module):
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
-            **similarity_config(self.similarity_name, self.similarity_fct, self.carried),
+            **self.similarity_config(),
             "temperature": self.temperature,
             "reduction": self.reduction,
             "chunk_size": "auto" if self.chunk_size is None else self.chunk_size,
@@ -272,7 +254,18 @@ class MWLoss(nn.Module):
         return MW_CITATION
 
 
-class CachedMWLoss(CachedFamilyLoss):
+class CachedMWLoss(CachedLoss):
+    _delegated_to_wrapped_loss = (
+        "temperature",
+        "reduction",
+        "chunk_size",
+        "similarity_fct",
+        "carried",
+        "similarity_name",
+        "gather_across_devices",
+        "scale",
+    )
+
     def __init__(
         self,
         model: nn.Module,
@@ -337,56 +330,9 @@ class CachedMWLoss(CachedFamilyLoss):
                 model = SentenceTransformer("all-MiniLM-L6-v2")
                 loss = CachedMWLoss(model, mini_batch_size=32, reduction="mean")  # per_device_train_batch_size=1024
         """
-        super().__init__()
-        _check_mw_args(temperature, reduction, chunk_size)
-        self.temperature = float(temperature)
-        self.reduction = reduction
-        self.chunk_size = chunk_size
-        self._setup_cached(
-            model, similarity, mini_batch_size, mini_batch_num_tokens, gather_across_devices, show_progress_bar
+        super().__init__(
+            MWLoss(model, similarity, temperature, reduction, chunk_size, gather_across_devices),
+            mini_batch_size,
+            mini_batch_num_tokens,
+            show_progress_bar,
         )
-
-    def calculate_loss(
-        self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
-    ) -> Tensor:
-        """The MW loss over the whole batch, ``mini_batch_size`` score rows at a time (backward per chunk)."""
-        batch_size, queries, docs, docs_all, offset, world = self._gathered(reps)
-        factor = _normaliser(self.reduction, queries.size(0), docs_all.size(0), world)
-
-        positives = at_least_fp32(self.similarity_fct.pairwise(queries, docs[0]))
-        pair_chunk = _auto_chunk(self.chunk_size, self.mini_batch_size * docs_all.size(0))
-        pos_input = positives.detach().requires_grad_() if with_backward else positives
-        total: Tensor | float = 0.0
-        for begin in tqdm.trange(
-            0, batch_size, self.mini_batch_size, desc="Calculating loss", disable=not self.show_progress_bar
-        ):
-            end = min(begin + self.mini_batch_size, batch_size)
-            local = torch.arange(offset + begin, offset + end, device=queries.device)
-            negatives = mw_negatives(self.similarity_fct, queries[local], docs_all, local)
-            chunk = pairwise_softplus_sum(pos_input, negatives, self.temperature, pair_chunk) * factor
-            if with_backward:
-                chunk.backward()
-                chunk = chunk.detach()
-            total = total + chunk
-        if with_backward and pos_input.grad is not None:
-            positives.backward(pos_input.grad)
-        return total
-
-    @property
-    def scale(self) -> float:
-        return 1.0 / self.temperature
-
-    def get_config_dict(self) -> dict[str, Any]:
-        return {
-            **similarity_config(self.similarity_name, self.similarity_fct, self.carried),
-            "temperature": self.temperature,
-            "reduction": self.reduction,
-            "mini_batch_size": self.mini_batch_size,
-            "chunk_size": "auto" if self.chunk_size is None else self.chunk_size,
-            "mini_batch_num_tokens": self.mini_batch_num_tokens,
-            "gather_across_devices": self.gather_across_devices,
-        }
-
-    @property
-    def citation(self) -> str:
-        return MW_CITATION

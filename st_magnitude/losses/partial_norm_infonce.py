@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import torch
-import tqdm
-from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import (
-    CachedFamilyLoss,
-    DuplicateCheck,
-    at_least_fp32,
-    check_columns,
-    feature_rows,
-    prepare_columns,
-    resolve_similarity,
-    set_roles,
-    similarity_config,
-    sync_loss_held_gradients,
-)
+from st_magnitude.losses._common import CachedLoss, FamilyLoss, GatheredBatch, at_least_fp32
 from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
@@ -57,7 +43,7 @@ def infonce_rows(
     return torch.logsumexp(logits, dim=1) - logits[rows, positive_columns]
 
 
-class PartialNormInfoNCELoss(nn.Module):
+class PartialNormInfoNCELoss(FamilyLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -144,52 +130,40 @@ class PartialNormInfoNCELoss(nn.Module):
                 )
                 trainer.train()
         """
-        super().__init__()
         if not (isinstance(scale, (int, float)) and scale > 0):
             raise ValueError(f"scale must be a positive number (inverse temperature), got {scale!r}")
-        self.model = model
+        super().__init__(model, similarity, gather_across_devices)
         self.scale = float(scale)
-        self.gather_across_devices = bool(gather_across_devices)
-        self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
-            model, similarity, type(self).__name__
-        )
-        self._duplicates = DuplicateCheck()
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        features = list(sentence_features)
-        check_columns([feature_rows(f) for f in features], type(self).__name__)
-        if self.carried is not None:
-            features = set_roles(features)
-        embeddings = embed_columns(self.model, features)
-        return self.compute_loss_from_embeddings(embeddings, labels)
-
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
-        """InfoNCE from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``)."""
-        sync_loss_held_gradients(self)
-        queries, docs, offset, _ = prepare_columns(list(embeddings), self.gather_across_devices, type(self).__name__)
-        self._duplicates(docs[0], type(self).__name__)
-        batch_size = embeddings[0].size(0)
-        local = torch.arange(offset, offset + batch_size, device=queries.device)
-        per_row = infonce_rows(self.similarity_fct, queries[local], torch.cat(docs, dim=0), local, self.scale)
-        return per_row.mean()
+    def rows_loss(self, batch: GatheredBatch, begin: int, end: int) -> Tensor:
+        """InfoNCE of this process's anchors ``begin:end``, divided by the local batch size (the chunks add up to
+        the mean over the batch)."""
+        local = batch.local_rows(begin, end)
+        per_row = infonce_rows(self.similarity_fct, batch.queries[local], batch.docs_all, local, self.scale)
+        return per_row.sum() / batch.size
 
     @property
     def temperature(self) -> float:
         return 1.0 / self.scale
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {
-            **similarity_config(self.similarity_name, self.similarity_fct, self.carried),
-            "scale": self.scale,
-            "gather_across_devices": self.gather_across_devices,
-        }
+        return {**self.similarity_config(), "scale": self.scale, "gather_across_devices": self.gather_across_devices}
 
     @property
     def citation(self) -> str:
         return MAGNITUDE_CITATION
 
 
-class CachedPartialNormInfoNCELoss(CachedFamilyLoss):
+class CachedPartialNormInfoNCELoss(CachedLoss):
+    _delegated_to_wrapped_loss = (
+        "scale",
+        "similarity_fct",
+        "carried",
+        "similarity_name",
+        "gather_across_devices",
+        "temperature",
+    )
+
     def __init__(
         self,
         model: nn.Module,
@@ -252,45 +226,9 @@ class CachedPartialNormInfoNCELoss(CachedFamilyLoss):
                 # similarity=None: train what the model carries (dnorm); per_device_train_batch_size=4096 then fits
                 loss = CachedPartialNormInfoNCELoss(model, similarity=None, mini_batch_size=32)
         """
-        super().__init__()
-        if not (isinstance(scale, (int, float)) and scale > 0):
-            raise ValueError(f"scale must be a positive number (inverse temperature), got {scale!r}")
-        self.scale = float(scale)
-        self._setup_cached(
-            model, similarity, mini_batch_size, mini_batch_num_tokens, gather_across_devices, show_progress_bar
+        super().__init__(
+            PartialNormInfoNCELoss(model, similarity, scale, gather_across_devices),
+            mini_batch_size,
+            mini_batch_num_tokens,
+            show_progress_bar,
         )
-
-    def calculate_loss(
-        self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
-    ) -> Tensor:
-        """The InfoNCE over the whole batch, chunked over ``mini_batch_size`` anchors (backward per chunk)."""
-        batch_size, queries, docs, docs_all, offset, _ = self._gathered(reps)
-        total: Tensor | float = 0.0
-        for begin in tqdm.trange(
-            0, batch_size, self.mini_batch_size, desc="Calculating loss", disable=not self.show_progress_bar
-        ):
-            end = min(begin + self.mini_batch_size, batch_size)
-            local = torch.arange(offset + begin, offset + end, device=queries.device)
-            chunk = infonce_rows(self.similarity_fct, queries[local], docs_all, local, self.scale).sum() / batch_size
-            if with_backward:
-                chunk.backward()
-                chunk = chunk.detach()
-            total = total + chunk
-        return total
-
-    @property
-    def temperature(self) -> float:
-        return 1.0 / self.scale
-
-    def get_config_dict(self) -> dict[str, Any]:
-        return {
-            **similarity_config(self.similarity_name, self.similarity_fct, self.carried),
-            "scale": self.scale,
-            "mini_batch_size": self.mini_batch_size,
-            "mini_batch_num_tokens": self.mini_batch_num_tokens,
-            "gather_across_devices": self.gather_across_devices,
-        }
-
-    @property
-    def citation(self) -> str:
-        return MAGNITUDE_CITATION

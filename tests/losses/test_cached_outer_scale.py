@@ -75,7 +75,8 @@ def _model(tiny_bert_dir, name: str):
 
 
 def _params(loss: nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in loss.named_parameters() if p.requires_grad}
+    # a cached loss wraps its plain twin as `.loss`: name the plain loss's own parameters as the plain loss does
+    return {n.removeprefix("loss."): p.detach().clone() for n, p in loss.named_parameters() if p.requires_grad}
 
 
 LOSS_HELD = {"infonce": "similarity_fct.", "mw": "similarity_fct.", "l2dir": "nap_head."}
@@ -143,7 +144,7 @@ def _grads(loss: nn.Module, model: nn.Module, scale: float) -> dict[str, torch.T
     if isinstance(value, dict):
         value = torch.stack(list(value.values())).sum()
     (value * scale).backward()  # what GradScaler.scale(loss).backward() does
-    return {n: p.grad.detach() / scale for n, p in loss.named_parameters() if p.grad is not None}
+    return {n.removeprefix("loss."): p.grad.detach() / scale for n, p in loss.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("name", ["infonce", "mw", "l2dir"])
