@@ -99,6 +99,12 @@ def build_tiny_st(hf_dir: Path, normalize: bool = True, seed: int = 0):
     return SentenceTransformer(modules=modules, device="cpu")
 
 
+def loss_parameters(loss: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """``loss.named_parameters()`` with a cached loss's wrapped plain loss (``.loss``) named as the plain loss names
+    its own parameters, so plain and cached parameters compare by name."""
+    return {name.removeprefix("loss."): p for name, p in loss.named_parameters()}
+
+
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> Path:
     return build_tiny_bert_dir(tmp_path_factory.mktemp("tiny_bert"))

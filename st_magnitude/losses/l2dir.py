@@ -19,14 +19,15 @@ import logging
 import math
 import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from sentence_transformers.base.losses import CachedLossMixin
 from torch import Tensor, nn
 
 from st_magnitude.losses._common import (
+    CachedLoss,
     check_columns,
     check_finite,
     check_has_negatives,
@@ -459,8 +460,19 @@ class L2DirLoss(_StatsMixin, nn.Module):
         (with gradients); each process scores its own anchors against all of them, so the mean over processes of
         the returned loss is the loss of the global batch.
         """
-        name = type(self).__name__
         sync_loss_held_gradients(self)
+        return self.loss_parts(embeddings, nap_inputs, labels, modalities)
+
+    def loss_parts(
+        self,
+        embeddings: list[Tensor],
+        nap_inputs: list[Tensor],
+        labels: Tensor | None = None,
+        modalities: list[str] | None = None,
+    ) -> dict[str, Tensor]:
+        """:meth:`compute_loss_from_embeddings` without the process sync of the NAP head's gradient (which the
+        caller owns: this loss, or :class:`CachedL2DirLoss` on its cached embeddings)."""
+        name = type(self).__name__
         check_columns([e.size(0) for e in embeddings], name)
         check_columns([x.size(0) for x in nap_inputs], name)
         check_finite(list(embeddings), name)
@@ -503,7 +515,21 @@ class L2DirLoss(_StatsMixin, nn.Module):
         return _CITATION
 
 
-class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
+class CachedL2DirLoss(CachedLoss):
+    _delegated_to_wrapped_loss = (
+        "lambda_",
+        "temperature",
+        "tn_temperature",
+        "eps",
+        "gather_across_devices",
+        "tap",
+        "nap_head",
+        "callback_attached",
+        "scale",
+        "last_stats",
+        "pop_stats",
+    )
+
     def __init__(
         self,
         model: nn.Module,
@@ -573,62 +599,65 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
                 loss = CachedL2DirLoss(model, mini_batch_size=16)
                 callbacks = [L2DirCallback(loss)]  # pass to SentenceTransformerTrainer(..., callbacks=callbacks)
         """
-        L2DirLoss.__init__(
-            self,
-            model,
-            lambda_=lambda_,
-            temperature=temperature,
-            tn_temperature=tn_temperature,
-            nap_head=nap_head,
-            nap_input=nap_input,
-            final_norm=final_norm,
-            nap_hidden_features=nap_hidden_features,
-            eps=eps,
-            gather_across_devices=gather_across_devices,
+        super().__init__(
+            L2DirLoss(
+                model,
+                lambda_=lambda_,
+                temperature=temperature,
+                tn_temperature=tn_temperature,
+                nap_head=nap_head,
+                nap_input=nap_input,
+                final_norm=final_norm,
+                nap_hidden_features=nap_hidden_features,
+                eps=eps,
+                gather_across_devices=gather_across_devices,
+            ),
+            mini_batch_size,
+            show_progress_bar=show_progress_bar,
         )
-        if not (isinstance(mini_batch_size, int) and mini_batch_size > 0):
-            raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
-        self.mini_batch_size = mini_batch_size
-        self.show_progress_bar = show_progress_bar
-        self._emb_dim: int | None = None
-        self._modalities: list[str] = []
-        self._last_parts: tuple[Tensor, Tensor] | None = None
+        self._call: _CachedCall | None = None
 
     def embed_minibatch(self, sentence_feature, begin, end, with_grad, copy_random_state, random_state=None):
         """Embed one mini-batch; return ``[embedding, NAP input]`` concatenated, so both get a cached gradient."""
-        with self.tap.capturing():
+        with self.loss.tap.capturing():
             reps, random_state = super().embed_minibatch(
                 sentence_feature, begin, end, with_grad, copy_random_state, random_state
             )
-            _, state = self.tap.collect()
-        self._emb_dim = reps.shape[-1]
+            _, state = self.loss.tap.collect()
+        if self._call is not None:  # step (1); step (3) re-embeds during backward, after forward has returned
+            self._call.embedding_width = reps.shape[-1]
         return torch.cat([reps, state.to(reps.dtype)], dim=-1), random_state
 
     def calculate_loss(
         self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
     ) -> Tensor:
-        d = self._emb_dim
+        """Eq. 8 over the whole batch by :meth:`L2DirLoss.loss_parts` on the cached ``[embedding, NAP input]``."""
+        call = self._call
+        d = call.embedding_width
         columns = [torch.cat(r) for r in reps]
-        parts = self.compute_loss_from_embeddings(
-            [c[:, :d] for c in columns], [c[:, d:] for c in columns], labels, modalities=self._modalities
+        parts = self.loss.loss_parts(
+            [c[:, :d] for c in columns], [c[:, d:] for c in columns], labels, modalities=call.modalities
         )
         nce, tn = parts["infonce"], parts["infotn"]
         loss = nce + tn
         if with_backward:
             loss.backward()
             loss, nce, tn = loss.detach(), nce.detach(), tn.detach()
-        self._last_parts = (nce, tn)
+        call.parts = (nce, tn)
         return loss
 
     def forward(
         self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None
     ) -> dict[str, Tensor]:
         sentence_features = list(sentence_features)
-        self._check_columns(sentence_features)
-        self._modalities = [modality_key(f.get("modality")) for f in sentence_features]
-        sync_loss_held_gradients(self)
-        loss = forward_cached_scaled(self, sentence_features, labels)
-        nce, tn = self._last_parts
+        self.loss._check_columns(sentence_features)
+        self._call = _CachedCall(modalities=[modality_key(f.get("modality")) for f in sentence_features])
+        try:
+            sync_loss_held_gradients(self)
+            loss = forward_cached_scaled(self, sentence_features, labels)
+            nce, tn = self._call.parts
+        finally:
+            self._call = None
         # Split the hooked total into its two parts for logging; their sum is `loss` and both gradients reach
         # its hook (weights w and 1 − w add up to 1).
         total = (nce + tn).detach()
@@ -636,4 +665,13 @@ class CachedL2DirLoss(CachedLossMixin, L2DirLoss):
         return {"infonce": loss * w, "infotn": loss * (1.0 - w)}
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {**super().get_config_dict(), "mini_batch_size": self.mini_batch_size}
+        return {**self.loss.get_config_dict(), "mini_batch_size": self.mini_batch_size}
+
+
+@dataclass
+class _CachedCall:
+    """What one :meth:`CachedL2DirLoss.forward` call hands from its steps to the next (dropped when it returns)."""
+
+    modalities: list[str]
+    embedding_width: int | None = None
+    parts: tuple[Tensor, Tensor] | None = None

@@ -17,6 +17,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import loss_parameters
 from torch import nn
 
 from st_magnitude.losses import (
@@ -75,8 +76,7 @@ def _model(tiny_bert_dir, name: str):
 
 
 def _params(loss: nn.Module) -> dict[str, torch.Tensor]:
-    # a cached loss wraps its plain twin as `.loss`: name the plain loss's own parameters as the plain loss does
-    return {n.removeprefix("loss."): p.detach().clone() for n, p in loss.named_parameters() if p.requires_grad}
+    return {n: p.detach().clone() for n, p in loss_parameters(loss).items() if p.requires_grad}
 
 
 LOSS_HELD = {"infonce": "similarity_fct.", "mw": "similarity_fct.", "l2dir": "nap_head."}
@@ -144,7 +144,7 @@ def _grads(loss: nn.Module, model: nn.Module, scale: float) -> dict[str, torch.T
     if isinstance(value, dict):
         value = torch.stack(list(value.values())).sum()
     (value * scale).backward()  # what GradScaler.scale(loss).backward() does
-    return {n.removeprefix("loss."): p.grad.detach() / scale for n, p in loss.named_parameters() if p.grad is not None}
+    return {n: p.grad.detach() / scale for n, p in loss_parameters(loss).items() if p.grad is not None}
 
 
 @pytest.mark.parametrize("name", ["infonce", "mw", "l2dir"])
@@ -172,6 +172,6 @@ def test_parameter_gradients_accumulate_over_calls(tiny_bert_dir):
     for _ in range(2):
         loss(_batch(model), None).backward()
     # Then a second backward adds to them (the earlier gradient is kept, not overwritten)
-    params = {n.removeprefix("loss."): p for n, p in loss.named_parameters()}
+    params = loss_parameters(loss)
     for n, g in once.items():
         torch.testing.assert_close(params[n].grad, 2 * g, rtol=1e-5, atol=1e-7, msg=n)

@@ -12,6 +12,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import loss_parameters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -279,7 +280,7 @@ def _grads(loss_module, features):
     out = loss_module(copy.deepcopy(features))
     total = sum(out.values())
     total.backward()
-    grads = {n: p.grad.clone() for n, p in loss_module.named_parameters() if p.grad is not None}
+    grads = {n: p.grad.clone() for n, p in loss_parameters(loss_module).items() if p.grad is not None}
     return float(total.detach()), {k: float(v.detach()) for k, v in out.items()}, grads
 
 
