@@ -16,6 +16,14 @@ MOVED: list[tuple[str, str, str]] = [
     ("st_magnitude.losses.margin_contrastive", "BertRecipeLoss", "st_magnitude.losses.bert_recipe"),
     ("st_magnitude.losses.margin_contrastive", "EttinRecipeLoss", "st_magnitude.losses.ettin_recipe"),
     ("st_magnitude.losses.margin_contrastive", "MagnitudeMatryoshkaLoss", "st_magnitude.losses.magnitude_matryoshka"),
+    ("st_magnitude.losses.revela", "DIAGNOSTIC_KEYS", "st_magnitude.callbacks.revela"),
+    ("st_magnitude.losses.revela", "RevelaDiagnosticsCallback", "st_magnitude.callbacks.revela"),
+    ("st_magnitude.losses.revela", "RevelaLMCheckpointCallback", "st_magnitude.callbacks.revela"),
+    ("st_magnitude.losses.revela", "RevelaLMGradClipCallback", "st_magnitude.callbacks.revela"),
+    ("st_magnitude.losses.revela", "revela_callbacks", "st_magnitude.callbacks.revela"),
+    ("st_magnitude.callbacks_l2dir", "NAP_HEAD_DIRNAME", "st_magnitude.losses.l2dir"),
+    ("st_magnitude.callbacks_l2dir", "load_nap_head", "st_magnitude.losses.l2dir"),
+    ("st_magnitude.callbacks_l2dir", "save_nap_head", "st_magnitude.losses.l2dir"),
 ]
 
 

@@ -514,7 +514,9 @@ def train_run(
         progress = _TrainProgress.from_state(json.loads((resume_from / CHECKPOINT_STATE).read_text()))
         logger.info("resuming %s from %s", run_dir.name, resume_from)
     hook = loss.register_forward_hook(progress.record)
-    callbacks = [_progress_callback(progress)]
+    from st_magnitude.callbacks import LossStateCallback  # the L2Dir NAP head lives in the loss: keep it on resume
+
+    callbacks = [_progress_callback(progress), LossStateCallback(loss, on_missing="warn")]
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=callbacks)
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)

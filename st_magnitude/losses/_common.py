@@ -450,15 +450,65 @@ class CachedLoss(CachedLossMixin, nn.Module):
     def citation(self) -> str:
         return self.loss.citation
 
+    def loss_state_dict(self) -> dict[str, Tensor]:
+        """The wrapped loss's state, named as the plain loss names it (checkpoints move between the two)."""
+        return loss_state_dict(self.loss)
 
-# --- parameters held by the loss (γ̂ of a learnable similarity on a plain model, the L2Dir NAP head) ---------------
+    def load_loss_state_dict(self, state: dict[str, Tensor]) -> None:
+        load_loss_state_dict(self.loss, state)
+
+
+# --- parameters held by the loss (γ̂ of a learnable similarity on a plain model, the L2Dir NAP head, Revela's LM) ---
+
+
+def loss_held_named_parameters(loss: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """Trainable parameters of ``loss`` that are not the model's, by name (a NAP head, Revela's LM, a loss-held γ̂).
+
+    The Trainer optimises them (it builds the optimizer from ``loss.named_parameters()``), but neither saves them with
+    the model nor synchronises them under DDP; :func:`loss_state_dict` and :func:`sync_loss_held_gradients` do.
+    """
+    model = getattr(loss, "model", None)
+    in_model = {id(p) for p in model.parameters()} if isinstance(model, nn.Module) else set()
+    return [(name, p) for name, p in loss.named_parameters() if p.requires_grad and id(p) not in in_model]
 
 
 def loss_held_parameters(loss: nn.Module) -> list[nn.Parameter]:
-    """Trainable parameters of ``loss`` that are not the model's (the Trainer optimises them; DDP does not sync)."""
-    model = getattr(loss, "model", None)
-    in_model = {id(p) for p in model.parameters()} if isinstance(model, nn.Module) else set()
-    return [p for p in loss.parameters() if p.requires_grad and id(p) not in in_model]
+    """Trainable parameters of ``loss`` that are not the model's (see :func:`loss_held_named_parameters`)."""
+    return [p for _, p in loss_held_named_parameters(loss)]
+
+
+def loss_state_dict(loss: nn.Module) -> dict[str, Tensor]:
+    """The trainable state ``loss`` holds outside the model, as CPU tensors by name.
+
+    The protocol: a loss may define ``loss_state_dict()`` and ``load_loss_state_dict(state)`` itself; otherwise its
+    loss-held parameters (:func:`loss_held_named_parameters`) are its state. Empty for a loss without any.
+    """
+    if callable(getattr(type(loss), "loss_state_dict", None)):
+        return loss.loss_state_dict()
+    return {name: p.detach().cpu().contiguous() for name, p in loss_held_named_parameters(loss)}
+
+
+def load_loss_state_dict(loss: nn.Module, state: dict[str, Tensor]) -> None:
+    """Copy ``state`` (from :func:`loss_state_dict`) into ``loss`` in place, so an optimizer holding the parameters
+    keeps optimising the same tensors.
+
+    Raises:
+        ValueError: the names or shapes in ``state`` are not those of the loss's state.
+    """
+    if callable(getattr(type(loss), "load_loss_state_dict", None)):
+        loss.load_loss_state_dict(state)
+        return
+    params = dict(loss_held_named_parameters(loss))
+    missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
+    reshaped = sorted(n for n in set(state) & set(params) if tuple(state[n].shape) != tuple(params[n].shape))
+    if missing or unexpected or reshaped:
+        raise ValueError(
+            f"the saved state does not fit {type(loss).__name__}: missing {missing[:5]}, unexpected {unexpected[:5]}, "
+            f"other shape {reshaped[:5]}; build the loss with the same settings (head shape, LM, similarity)"
+        )
+    with torch.no_grad():
+        for name, tensor in state.items():
+            params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
 
 
 class _CarryGradients(torch.autograd.Function):

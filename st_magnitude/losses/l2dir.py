@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,6 +44,7 @@ from st_magnitude.similarity import get_similarity
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "NAP_HEAD_DIRNAME",
     "PAPER_TEMPERATURES",
     "InfoTNCollapseWarning",
     "InfoTNLoss",
@@ -49,6 +52,8 @@ __all__ = [
     "CachedL2DirLoss",
     "info_nce_loss",
     "info_tn_loss",
+    "load_nap_head",
+    "save_nap_head",
 ]
 
 #: The paper's two temperature settings (App. C). They are swapped between the frameworks.
@@ -120,7 +125,10 @@ def _length_stats(anchor: Tensor, positive: Tensor) -> dict[str, float]:
 
 
 class _StatsMixin:
-    """Keeps the latest batch statistics and an average since the last read (for :class:`L2DirCallback`)."""
+    """Keeps the latest batch statistics and an average since the last read (logged by
+    :class:`~st_magnitude.callbacks.LossStatsCallback` under ``stats_prefix``)."""
+
+    stats_prefix = "l2dir_"
 
     def _record_stats(self, stats: dict[str, float]) -> None:
         self.last_stats = dict(stats)
@@ -179,7 +187,7 @@ class InfoTNLoss(_StatsMixin, nn.Module):
             nap_head: ``None``/``False`` — InfoTN on the raw tapped state (the paper's "w/o NAP" ablation, App. F);
                 ``True`` — a fresh ``NAPHead`` (Linear d → d); or a :class:`~st_magnitude.modules.NAPHead`.
                 A head held here is *not* saved by sentence-transformers: add
-                :class:`~st_magnitude.callbacks_l2dir.L2DirCallback` to the trainer.
+                :class:`~st_magnitude.callbacks.LossStateCallback` to the trainer.
             nap_input: where the un-normalized vectors come from: ``auto``, ``pre_final_norm``, ``pre_normalize``,
                 ``output`` (see :mod:`st_magnitude.modules.nap_head`).
             final_norm: dotted path(s) of the final norm for ``pre_final_norm`` (default: looked up).
@@ -319,7 +327,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
 
         Returns a dict ``{"infonce": λ·L_NCE, "infotn": (1−λ)·L_InfoTN}``: the trainer sums it (eq. 8) and logs
         both parts. The positive-pair PO length ratio ‖PO_q‖/‖PO_t‖ (paper §5.1) is kept in ``last_stats`` and
-        logged by :class:`~st_magnitude.callbacks_l2dir.L2DirCallback`.
+        logged by :class:`~st_magnitude.callbacks.LossStatsCallback`.
 
         Args:
             model: a SentenceTransformer (text, decoder or CLIP-style).
@@ -346,7 +354,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
 
         Requirements:
             1. (anchor, positive) pairs or (anchor, positive, negative_1, ..., negative_n) tuples.
-            2. Add ``L2DirCallback(loss)`` to the trainer so the NAP head is saved with checkpoints and restored on
+            2. Add ``LossStateCallback(loss)`` to the trainer so the NAP head is saved with checkpoints and restored on
                resume (sentence-transformers saves and restores only the model, never loss parameters).
 
         Inputs:
@@ -378,7 +386,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
 
                 from datasets import Dataset
                 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-                from st_magnitude.callbacks_l2dir import L2DirCallback
+                from st_magnitude.callbacks import LossStateCallback, LossStatsCallback
                 from st_magnitude.losses.l2dir import L2DirLoss
 
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
@@ -388,7 +396,10 @@ class L2DirLoss(_StatsMixin, nn.Module):
                 })
                 loss = L2DirLoss(model, lambda_=0.5, temperature=0.02, tn_temperature=0.01)
                 trainer = SentenceTransformerTrainer(
-                    model=model, train_dataset=train_dataset, loss=loss, callbacks=[L2DirCallback(loss)]
+                    model=model,
+                    train_dataset=train_dataset,
+                    loss=loss,
+                    callbacks=[LossStateCallback(loss), LossStatsCallback(loss)],  # NAP head checkpoints, stats
                 )
                 trainer.train()
         """
@@ -441,7 +452,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
         if self.training and torch.is_grad_enabled() and not self.callback_attached and not self._warned_no_callback:
             logger.warning(
                 "%s is training a NAP head that sentence-transformers does not save: add "
-                "callbacks=[L2DirCallback(loss)] (st_magnitude.callbacks_l2dir) to the trainer so the head is "
+                "callbacks=[LossStateCallback(loss)] (st_magnitude.callbacks) to the trainer so the head is "
                 "saved with checkpoints and restored on resume.",
                 type(self).__name__,
             )
@@ -528,6 +539,7 @@ class CachedL2DirLoss(CachedLoss):
         "scale",
         "last_stats",
         "pop_stats",
+        "stats_prefix",
     )
 
     def __init__(
@@ -569,7 +581,7 @@ class CachedL2DirLoss(CachedLoss):
 
         Requirements:
             1. (anchor, positive) pairs or (anchor, positive, negative_1, ..., negative_n) tuples.
-            2. ``L2DirCallback(loss)`` in the trainer's callbacks (NAP head checkpointing).
+            2. ``LossStateCallback(loss)`` in the trainer's callbacks (NAP head checkpointing).
             3. Dropout randomness is replayed exactly (ST's ``RandContext``).
 
         Inputs:
@@ -592,12 +604,12 @@ class CachedL2DirLoss(CachedLoss):
             ::
 
                 from sentence_transformers import SentenceTransformer
-                from st_magnitude.callbacks_l2dir import L2DirCallback
+                from st_magnitude.callbacks import LossStateCallback
                 from st_magnitude.losses.l2dir import CachedL2DirLoss
 
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
                 loss = CachedL2DirLoss(model, mini_batch_size=16)
-                callbacks = [L2DirCallback(loss)]  # pass to SentenceTransformerTrainer(..., callbacks=callbacks)
+                callbacks = [LossStateCallback(loss)]  # pass to SentenceTransformerTrainer(..., callbacks=callbacks)
         """
         super().__init__(
             L2DirLoss(
@@ -675,3 +687,50 @@ class _CachedCall:
     modalities: list[str]
     embedding_width: int | None = None
     parts: tuple[Tensor, Tensor] | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# exporting the NAP head (training checkpoints: st_magnitude.callbacks.LossStateCallback)
+# ----------------------------------------------------------------------------------------------------------------
+#: Sub-folder of a checkpoint that holds the NAP head.
+NAP_HEAD_DIRNAME = "nap_head"
+
+
+def _head_of(loss_or_head: Any) -> NAPHead:
+    head = loss_or_head if isinstance(loss_or_head, NAPHead) else getattr(loss_or_head, "nap_head", None)
+    if not isinstance(head, NAPHead):
+        raise ValueError(
+            f"expected an L2DirLoss/CachedL2DirLoss (or InfoTNLoss with a head) or a NAPHead, got "
+            f"{type(loss_or_head).__name__} without a NAP head"
+        )
+    return head
+
+
+def save_nap_head(loss_or_head: Any, path: str | os.PathLike) -> Path:
+    """Write the NAP head of ``loss_or_head`` to the folder ``path`` (config + safetensors) and return it."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    _head_of(loss_or_head).save(str(path))
+    return path
+
+
+def load_nap_head(loss_or_head: Any, path: str | os.PathLike) -> NAPHead:
+    """Copy the weights saved in ``path`` into the existing head of ``loss_or_head`` (in place) and return it.
+
+    In place, so an optimizer that already holds the head's parameters keeps optimizing the same tensors. The saved
+    head must have the same shape (its config is checked first).
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no saved NAP head in {path} (expected config.json and model.safetensors)")
+    head = _head_of(loss_or_head)
+    saved = NAPHead.load(str(path))
+    if saved.get_config_dict() != head.get_config_dict():
+        raise ValueError(
+            f"the NAP head saved in {path} has config {saved.get_config_dict()}, but the loss's head has "
+            f"{head.get_config_dict()}; build the loss with the same head shape"
+        )
+    with torch.no_grad():
+        for name, tensor in saved.state_dict().items():
+            head.state_dict()[name].copy_(tensor)
+    return head

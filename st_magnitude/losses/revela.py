@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from transformers import TrainerCallback
 
+from st_magnitude._lazy import moved_exports
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
 from st_magnitude.losses.revela_attention import (
     REVELA_ATTENTION,
@@ -44,15 +44,11 @@ __all__ = [
     "LM_CHECKPOINT_DIR",
     "REVELA_LORA_TARGETS",
     "REVELA_PROMPTS",
-    "RevelaDiagnosticsCallback",
-    "RevelaLMCheckpointCallback",
-    "RevelaLMGradClipCallback",
     "RevelaLoss",
     "ZeroRetrieverGradientWarning",
     "build_decoder_retriever",
     "load_lm_weights",
     "revela_lora_config",
-    "revela_callbacks",
     "save_lm_weights",
 ]
 
@@ -91,8 +87,9 @@ class RevelaLoss(nn.Module):
 
         The LM lives in the loss as ``self.lm`` (not ``model``, so the trainer never swaps it); its attention is
         switched to the registered Revela attention function (a stock SDPA forward when no Revela state is
-        passed). ST checkpoints do not contain loss parameters: add :class:`RevelaLMCheckpointCallback` to the
-        trainer so the LM (full weights or ``peft`` adapters) is saved into each checkpoint and restored on resume.
+        passed). ST checkpoints do not contain loss parameters: add ``st_magnitude.callbacks.LossStateCallback(loss)``
+        (part of ``revela_callbacks(loss)``) to the trainer so the LM's trainable tensors (full weights or ``peft``
+        adapters) are saved into each checkpoint and restored on resume.
 
         Args:
             model: the retriever, any SentenceTransformer (cosine is used whatever it ends in, paper §3.3).
@@ -152,7 +149,8 @@ class RevelaLoss(nn.Module):
                 from sentence_transformers import SentenceTransformerTrainingArguments
                 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-                from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss
+                from st_magnitude.callbacks import revela_callbacks
+                from st_magnitude.losses.revela import RevelaLoss
                 from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler, build_revela_dataset
 
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
@@ -174,7 +172,7 @@ class RevelaLoss(nn.Module):
                     train_dataset=train_dataset,
                     loss=loss,
                     data_collator=RevelaDataCollator(preprocess_fn=model.preprocess, lm_tokenizer=lm_tokenizer),
-                    callbacks=[RevelaLMCheckpointCallback(loss)],
+                    callbacks=revela_callbacks(loss),  # LM checkpoints (LossStateCallback) and LM gradient clipping
                 )
                 trainer.train()
         """
@@ -511,166 +509,6 @@ def load_lm_weights(lm: nn.Module, folder: str | os.PathLike) -> None:
             params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
 
 
-class RevelaLMCheckpointCallback(TrainerCallback):
-    """Saves ``loss.lm`` into every Trainer checkpoint (``checkpoint-N/revela_lm/``) and restores it on resume.
-
-    ``SentenceTransformerTrainer`` saves only the retriever; parameters that live in a loss are lost otherwise.
-    On ``train(resume_from_checkpoint=...)`` the LM is reloaded from ``<output_dir>/checkpoint-<global_step>``
-    before the first step; a resumed run whose checkpoint lacks the LM raises instead of silently training a
-    fresh LM against a trained retriever.
-    """
-
-    def __init__(self, loss: RevelaLoss) -> None:
-        self.loss = loss
-
-    def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}" / LM_CHECKPOINT_DIR
-        save_lm_weights(self.loss.lm, folder)
-        logger.info("saved the Revela LM to %s", folder)
-        return control
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0:
-            return control
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}" / LM_CHECKPOINT_DIR
-        if not (folder / _LM_WEIGHTS).is_file():
-            raise FileNotFoundError(
-                f"resuming at step {state.global_step} but {folder} holds no saved Revela LM; was the run started "
-                "without RevelaLMCheckpointCallback?"
-            )
-        load_lm_weights(self.loss.lm, folder)
-        logger.info("restored the Revela LM from %s", folder)
-        return control
-
-
-class RevelaLMGradClipCallback(TrainerCallback):
-    """Clips the gradient of ``loss.lm`` to the Trainer's ``max_grad_norm`` before every optimizer step.
-
-    The Trainer clips only the retriever (``model.parameters()``); the LM lives in the loss, so its parameters are
-    in the optimizer (``SentenceTransformerTrainer`` builds it from ``loss.named_parameters()``) but were never
-    clipped. This callback clips them in ``on_pre_optimizer_step``:
-
-    * gradient accumulation: that event fires once per optimizer step, after the last micro-batch, so the
-      accumulated gradient is clipped, once;
-    * fp16 (GradScaler): the Trainer's own clipping unscales the gradients of *every* parameter of the optimizer
-      (the LM's included) before that event; if the optimizer still holds scaled gradients (``max_grad_norm``
-      clipping bypassed), the callback unscales them first. Scaler steps with inf/NaN are skipped by the scaler;
-    * bf16 / fp32: no scaling, nothing to undo.
-
-    The LM's norm is its own: the retriever is clipped to ``max_grad_norm`` by the Trainer and the LM to
-    ``max_grad_norm`` here (the official code clips one joint norm over both LoRA sets; a callback cannot, because
-    the Trainer has clipped the retriever before any callback runs). ``max_grad_norm`` ≤ 0 disables both.
-    The pre-clip LM norm of the last step is in ``last_grad_norm`` and is logged as ``lm_grad_norm``.
-    """
-
-    def __init__(self, loss: RevelaLoss) -> None:
-        self.loss = loss
-        self.last_grad_norm: float | None = None
-        self._norms: list[float] = []
-
-    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
-        max_norm = getattr(args, "max_grad_norm", None)
-        if max_norm is None or max_norm <= 0:
-            return control
-        params = [p for p in self.loss.lm.parameters() if p.requires_grad and p.grad is not None]
-        if not params:
-            return control
-        _unscale_if_needed(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(params, float(max_norm))
-        self.last_grad_norm = float(norm)
-        self._norms.append(self.last_grad_norm)
-        return control
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if self._norms and logs is not None and "loss" in logs:
-            value = round(sum(self._norms) / len(self._norms), 4)
-            logs["lm_grad_norm"] = value
-            if state.log_history and state.log_history[-1].get("step") == state.global_step:
-                state.log_history[-1]["lm_grad_norm"] = value
-            self._norms.clear()
-        return control
-
-
-def _unscale_if_needed(optimizer) -> None:
-    """Unscale the gradients of an accelerate-wrapped optimizer whose GradScaler has not unscaled them this step."""
-    scaler = getattr(optimizer, "scaler", None)
-    if scaler is None or not scaler.is_enabled():
-        return
-    from accelerate.optimizer import AcceleratedOptimizer
-    from torch.amp.grad_scaler import OptState
-
-    inner = optimizer
-    while isinstance(inner, AcceleratedOptimizer):
-        inner = inner.optimizer
-
-    stage = scaler._per_optimizer_states[id(inner)]["stage"]
-    if stage is OptState.READY:
-        scaler.unscale_(inner)
-
-
-DIAGNOSTIC_KEYS = ("ce_revela", "ce_shuffled_sim", "ce_plain_lm", "ce_gap_shuffled", "ce_gap_plain", "sim_row_max")
-
-
-class RevelaDiagnosticsCallback(TrainerCallback):
-    """Every ``every`` optimizer steps, measure on that step's first batch whether relevance matters to the LM.
-
-    Sets ``loss.diagnose_next_batch`` at the start of steps 0, every, 2·every, …; the loss then runs
-    :meth:`RevelaLoss.relevance_diagnostics` (three LM forwards without gradient) on the batch it was given and
-    appends the result, with ``step``, to ``loss.diagnostics``. At each Trainer log the mean of the records since
-    the previous log is added to the log entry (``trainer.state.log_history``) as ``revela_<key>`` for
-    ``ce_gap_shuffled`` (CE(real Sim) − CE(shuffled Sim)), ``ce_gap_plain`` (CE(Revela) − CE(plain LM)),
-    ``ce_revela``, ``ce_shuffled_sim``, ``ce_plain_lm`` and ``sim_row_max``. Reporting integrations that log
-    before this callback runs (they are added to the Trainer first) do not see these keys; ``loss.diagnostics``
-    and the log history always have them.
-
-    Args:
-        loss: the :class:`RevelaLoss` being trained.
-        every: diagnose every this many optimizer steps (≥ 1).
-        seed: seeds the random permutations of the shuffled-Sim control.
-        shuffles: permutations averaged in ``ce_shuffled_sim`` (each costs one LM forward without gradient).
-    """
-
-    def __init__(self, loss: RevelaLoss, every: int = 50, seed: int = 0, shuffles: int = 1) -> None:
-        if int(every) < 1:
-            raise ValueError(f"every must be >= 1; got {every}")
-        if int(shuffles) < 1:
-            raise ValueError(f"shuffles must be >= 1; got {shuffles}")
-        loss.diagnostics_shuffles = int(shuffles)
-        self.loss = loss
-        self.every = int(every)
-        self.loss.diagnostics_generator = torch.Generator().manual_seed(int(seed))
-        self._logged = 0
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step % self.every == 0:
-            self.loss.diagnose_next_batch = True
-            self.loss.diagnostics_step = state.global_step
-        return control
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        new = self.loss.diagnostics[self._logged :]
-        if not new or logs is None or "loss" not in logs:
-            return control
-        self._logged = len(self.loss.diagnostics)
-        values = {f"revela_{key}": round(sum(r[key] for r in new) / len(new), 4) for key in DIAGNOSTIC_KEYS}
-        logs.update(values)
-        if state.log_history and state.log_history[-1].get("step") == state.global_step:
-            state.log_history[-1].update(values)
-        return control
-
-
-def revela_callbacks(
-    loss: RevelaLoss, diagnostics_every: int = 0, seed: int = 0, shuffles: int = 1
-) -> list[TrainerCallback]:
-    """The callbacks a Trainer run of :class:`RevelaLoss` needs: LM checkpointing, LM gradient clipping and
-    (``diagnostics_every`` > 0) the relevance diagnostics every ``diagnostics_every`` optimizer steps, averaging
-    ``shuffles`` permutations for the shuffled-Sim CE."""
-    callbacks: list[TrainerCallback] = [RevelaLMCheckpointCallback(loss), RevelaLMGradClipCallback(loss)]
-    if diagnostics_every:
-        callbacks.append(RevelaDiagnosticsCallback(loss, every=diagnostics_every, seed=seed, shuffles=shuffles))
-    return callbacks
-
-
 # ----------------------------------------------------------------------------------------------------- paper setup
 def revela_lora_config(
     task_type: str = "CAUSAL_LM", r: int = 256, lora_alpha: int = 64, lora_dropout: float = 0.1, **kwargs: Any
@@ -761,3 +599,19 @@ def build_decoder_retriever(
     if lora is not None:
         model.add_adapter(lora)
     return model
+
+
+# the Revela callbacks had this module until 0.2; all callbacks are in st_magnitude.callbacks since
+__getattr__, __dir__ = moved_exports(
+    __name__,
+    {
+        name: "st_magnitude.callbacks.revela"
+        for name in (
+            "DIAGNOSTIC_KEYS",
+            "RevelaDiagnosticsCallback",
+            "RevelaLMCheckpointCallback",
+            "RevelaLMGradClipCallback",
+            "revela_callbacks",
+        )
+    },
+)

@@ -23,7 +23,6 @@ MODULES = (
     "st_magnitude.losses.bert_recipe",
     "st_magnitude.losses.ettin_recipe",
     "st_magnitude.losses.magnitude_matryoshka",
-    "st_magnitude.callbacks_l2dir",
 )
 MODEL_NAME = re.compile(r"""(["'])(?:sentence-transformers/)?all-MiniLM-L6-v2\1""")
 

@@ -343,4 +343,4 @@ def test_missing_callback_is_reported_once(tiny_model, sentences, caplog):
     with caplog.at_level("WARNING"):
         loss(copy.deepcopy(features))
         loss(copy.deepcopy(features))
-    assert sum("L2DirCallback" in r.message for r in caplog.records) == 1
+    assert sum("LossStateCallback" in r.message for r in caplog.records) == 1

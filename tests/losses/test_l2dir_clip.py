@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import loss_parameters
 from torch import nn
 
 from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss
@@ -182,7 +183,7 @@ def test_cached_l2dir_on_clip_equals_the_plain_loss(tiny_clip_st):
     for loss in (plain, cached):
         out = loss(copy.deepcopy(features))
         sum(out.values()).backward()
-        results.append(({k: float(v.detach()) for k, v in out.items()}, dict(loss.named_parameters())))
+        results.append(({k: float(v.detach()) for k, v in out.items()}, loss_parameters(loss)))
     (parts_p, params_p), (parts_c, params_c) = results
     for key in parts_p:
         assert parts_c[key] == pytest.approx(parts_p[key], rel=1e-6)
@@ -195,7 +196,7 @@ def test_clip_trainer_run_on_image_text_pairs(tiny_clip_st, tmp_path):
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
-    from st_magnitude.callbacks_l2dir import NAP_HEAD_DIRNAME, L2DirCallback
+    from st_magnitude.callbacks import LOSS_STATE_FILENAME, LossStateCallback
 
     dataset = Dataset.from_dict({"image": random_images(8), "text": TEXTS * 2})
     loss = L2DirLoss(tiny_clip_st, temperature=0.01, tn_temperature=0.02)
@@ -214,10 +215,10 @@ def test_clip_trainer_run_on_image_text_pairs(tiny_clip_st, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer = SentenceTransformerTrainer(
-            model=tiny_clip_st, args=args, train_dataset=dataset, loss=loss, callbacks=[L2DirCallback(loss)]
+            model=tiny_clip_st, args=args, train_dataset=dataset, loss=loss, callbacks=[LossStateCallback(loss)]
         )
         trainer.train()
     after = loss.nap_head.state_dict()
     assert all(not torch.equal(before[k], after[k]) for k in before)
-    assert (tmp_path / "checkpoint-2" / NAP_HEAD_DIRNAME / "model.safetensors").is_file()
+    assert (tmp_path / "checkpoint-2" / LOSS_STATE_FILENAME).is_file()
     assert any("infotn" in h for h in trainer.state.log_history)

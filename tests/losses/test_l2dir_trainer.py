@@ -1,7 +1,7 @@
 """L2Dir with the SentenceTransformerTrainer: logging, and the NAP head saved with checkpoints and restored on resume.
 
 sentence-transformers saves only the model and restores only the model, so without
-L2DirCallback a resumed run silently restarts the NAP head from random weights.
+LossStateCallback a resumed run silently restarts the NAP head from random weights.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from st_magnitude.callbacks_l2dir import NAP_HEAD_DIRNAME, L2DirCallback, load_nap_head, save_nap_head
-from st_magnitude.losses.l2dir import L2DirLoss
+from st_magnitude.callbacks import LOSS_STATE_FILENAME, LossStateCallback, LossStatsCallback
+from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss, load_nap_head, save_nap_head
 from st_magnitude.modules.nap_head import NAPHead
 
 
@@ -58,30 +58,44 @@ def _state(head: NAPHead) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in head.state_dict().items()}
 
 
-def test_nap_head_is_saved_with_checkpoints_and_restored_on_resume(tiny_bert_dir, sentences, tmp_path):
+def _saved_head(checkpoint) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    saved = load_file(str(checkpoint / LOSS_STATE_FILENAME))
+    assert all(k.startswith("nap_head.") for k in saved)  # a cached loss saves under the plain loss's names
+    return {k.removeprefix("nap_head."): v for k, v in saved.items()}
+
+
+def _l2dir(model, cached: bool):
+    kw = {"temperature": 0.05, "tn_temperature": 0.05}
+    return CachedL2DirLoss(model, mini_batch_size=2, **kw) if cached else L2DirLoss(model, **kw)
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["plain", "cached"])
+def test_nap_head_is_saved_with_checkpoints_and_restored_on_resume(tiny_bert_dir, sentences, tmp_path, cached):
     from conftest import build_tiny_st
     from sentence_transformers import SentenceTransformerTrainer
 
     # Given a 4-step run that checkpoints every 2 steps
     torch.manual_seed(0)
     model = build_tiny_st(tiny_bert_dir)
-    loss = L2DirLoss(model, temperature=0.05, tn_temperature=0.05)
+    loss = _l2dir(model, cached)
     init = _state(loss.nap_head)
     trainer = SentenceTransformerTrainer(
         model=model,
         args=_args(tmp_path, 4),
         train_dataset=_dataset(sentences),
         loss=loss,
-        callbacks=[L2DirCallback(loss)],
+        callbacks=[LossStateCallback(loss), LossStatsCallback(loss)],
     )
     trainer.train()
     final = _state(loss.nap_head)
     # Then every checkpoint holds the head, and the head has been trained
     for step in (2, 4):
-        assert (tmp_path / f"checkpoint-{step}" / NAP_HEAD_DIRNAME / "model.safetensors").is_file()
+        assert (tmp_path / f"checkpoint-{step}" / LOSS_STATE_FILENAME).is_file()
     assert not torch.equal(init["projections.default.weight"], final["projections.default.weight"])
-    at_step_2 = _state(NAPHead.load(str(tmp_path / "checkpoint-2" / NAP_HEAD_DIRNAME)))
-    at_step_4 = _state(NAPHead.load(str(tmp_path / "checkpoint-4" / NAP_HEAD_DIRNAME)))
+    at_step_2 = _saved_head(tmp_path / "checkpoint-2")
+    at_step_4 = _saved_head(tmp_path / "checkpoint-4")
     assert all(torch.equal(at_step_4[k], final[k]) for k in final)
     # and both loss parts plus the positive-pair length ratio were logged
     logs = [h for h in trainer.state.log_history if "loss" in h]
@@ -91,7 +105,7 @@ def test_nap_head_is_saved_with_checkpoints_and_restored_on_resume(tiny_bert_dir
     # When a fresh model and loss (another random head) resume from checkpoint-2
     torch.manual_seed(123)
     model2 = build_tiny_st(tiny_bert_dir)
-    loss2 = L2DirLoss(model2, temperature=0.05, tn_temperature=0.05)
+    loss2 = _l2dir(model2, cached)
     assert not torch.equal(loss2.nap_head.projections["default"].weight, at_step_2["projections.default.weight"])
     probe = _FirstStepProbe(loss2)
     trainer2 = SentenceTransformerTrainer(
@@ -99,7 +113,7 @@ def test_nap_head_is_saved_with_checkpoints_and_restored_on_resume(tiny_bert_dir
         args=_args(tmp_path, 4),
         train_dataset=_dataset(sentences),
         loss=loss2,
-        callbacks=[L2DirCallback(loss2), probe],
+        callbacks=[LossStateCallback(loss2), probe],
     )
     trainer2.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     # Then the first resumed step starts from exactly the checkpointed head
@@ -123,5 +137,5 @@ def test_save_and_load_nap_head_helpers(tiny_model, tmp_path):
         load_nap_head(other, tmp_path / "missing")
     with pytest.raises(ValueError, match="same head shape"):
         load_nap_head(L2DirLoss(tiny_model, nap_hidden_features=4), folder)
-    with pytest.raises(ValueError, match="without a NAP head"):
-        L2DirCallback(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="keeps no statistics"):
+        LossStatsCallback(torch.nn.Linear(2, 2))

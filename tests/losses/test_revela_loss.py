@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss, load_lm_weights, save_lm_weights
+from st_magnitude.callbacks import LOSS_STATE_FILENAME, LossStateCallback
+from st_magnitude.losses.revela import RevelaLoss, load_lm_weights, save_lm_weights
 from st_magnitude.losses.revela_attention import (
     REVELA_ATTENTION,
     RevelaAttentionState,
@@ -426,7 +428,7 @@ def _trainer(model, loss, lm_tokenizer, dataset, out_dir, max_steps):
         train_dataset=dataset,
         loss=loss,
         data_collator=RevelaDataCollator(preprocess_fn=model.preprocess, lm_tokenizer=lm_tokenizer, lm_max_length=12),
-        callbacks=[RevelaLMCheckpointCallback(loss)],
+        callbacks=[LossStateCallback(loss)],
     )
 
 
@@ -453,9 +455,9 @@ def test_trainer_saves_and_restores_the_lm(tmp_path, tiny_bert_dir):
     lm_init = copy.deepcopy(lm)
     loss = RevelaLoss(model, lm, temperature=0.05)
     _trainer(model, loss, lm_tokenizer, dataset, tmp_path / "run", max_steps=2).train()
-    ck1 = tmp_path / "run" / "checkpoint-1" / "revela_lm"
-    assert (ck1 / "trainable.safetensors").is_file()
-    assert (tmp_path / "run" / "checkpoint-2" / "revela_lm" / "trainable.safetensors").is_file()
+    ck1 = tmp_path / "run" / "checkpoint-1"
+    assert (ck1 / LOSS_STATE_FILENAME).is_file()
+    assert (tmp_path / "run" / "checkpoint-2" / LOSS_STATE_FILENAME).is_file()
     trained = {n: p.detach().clone() for n, p in lm.named_parameters()}
     assert any(not torch.equal(trained[n], p) for n, p in lm_init.named_parameters())  # the LM was trained
 
@@ -465,7 +467,7 @@ def test_trainer_saves_and_restores_the_lm(tmp_path, tiny_bert_dir):
     loss2 = RevelaLoss(model2, lm2, temperature=0.05)
     restored: dict = {}
 
-    class Probe(RevelaLMCheckpointCallback):
+    class Probe(LossStateCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             restored.update({n: p.detach().clone() for n, p in self.loss.lm.named_parameters()})
             return control
@@ -475,9 +477,10 @@ def test_trainer_saves_and_restores_the_lm(tmp_path, tiny_bert_dir):
     trainer.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
     from safetensors.torch import load_file
 
-    saved1 = load_file(str(ck1 / "trainable.safetensors"))
+    saved1 = load_file(str(ck1 / LOSS_STATE_FILENAME))
+    assert saved1 and all(name.startswith("lm.") for name in saved1)  # the LM's trainable tensors, nothing else
     for name, tensor in saved1.items():
-        assert torch.equal(restored[name], tensor), name
+        assert torch.equal(restored[name.removeprefix("lm.")], tensor), name
     for name, p in lm2.named_parameters():
         torch.testing.assert_close(p.detach(), trained[name], atol=1e-5, rtol=1e-4)
 
@@ -485,13 +488,38 @@ def test_trainer_saves_and_restores_the_lm(tmp_path, tiny_bert_dir):
 def test_resume_without_saved_lm_raises(tmp_path):
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    lm = build_tiny_llama()
-    cb = RevelaLMCheckpointCallback(type("L", (), {"lm": lm})())
+    cb = LossStateCallback(RevelaLoss(None, build_tiny_llama()))
     state = TrainerState()
     state.global_step = 3
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
-    with pytest.raises(FileNotFoundError, match="no saved Revela LM"):
+    with pytest.raises(FileNotFoundError, match="RevelaLoss .*would restart"):
         cb.on_train_begin(args, state, TrainerControl())
+
+
+def test_deprecated_lm_checkpoint_callback_warns_and_restores_its_old_checkpoints(tmp_path):
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from st_magnitude.losses.revela import LM_CHECKPOINT_DIR
+
+    # Given a checkpoint written by the old RevelaLMCheckpointCallback (checkpoint-3/revela_lm/)
+    trained = build_tiny_llama(seed=1)
+    save_lm_weights(trained, tmp_path / "checkpoint-3" / LM_CHECKPOINT_DIR)
+    loss = RevelaLoss(None, build_tiny_llama(seed=2))
+    # When the deprecated callback (old import path) resumes from it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from st_magnitude.losses.revela import RevelaLMCheckpointCallback
+
+        cb = RevelaLMCheckpointCallback(loss)
+    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+    assert any("st_magnitude.callbacks.revela" in m for m in messages)  # the name moved
+    assert any("use `from st_magnitude.callbacks import LossStateCallback`" in m for m in messages)  # deprecated
+    state = TrainerState()
+    state.global_step = 3
+    cb.on_train_begin(TrainingArguments(output_dir=str(tmp_path), report_to=[]), state, TrainerControl())
+    # Then the LM holds the saved weights
+    for (name, a), b in zip(trained.named_parameters(), loss.lm.parameters()):
+        assert torch.equal(a, b), name
 
 
 def test_cache_grad_false_keeps_loss_and_retriever_gradient(tiny_model):

@@ -170,7 +170,7 @@ def test_trainer_clips_the_lm_gradient_to_max_grad_norm(tmp_path, tiny_bert_dir,
     from conftest import build_tiny_st
     from transformers import AutoTokenizer
 
-    from st_magnitude.losses.revela import RevelaLMGradClipCallback
+    from st_magnitude.callbacks import RevelaLMGradClipCallback
 
     lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
     model = build_tiny_st(tiny_bert_dir)
@@ -226,7 +226,7 @@ def test_clip_callback_unscales_gradients_the_trainer_left_scaled(tiny_model):
     from accelerate.optimizer import AcceleratedOptimizer
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from st_magnitude.losses.revela import RevelaLMGradClipCallback
+    from st_magnitude.callbacks import RevelaLMGradClipCallback
 
     lm = build_tiny_llama()
     loss = RevelaLoss(tiny_model, lm, temperature=0.05)
@@ -314,7 +314,7 @@ def test_diagnostics_callback_logs_gaps_and_leaves_training_unchanged(tmp_path, 
     from conftest import build_tiny_st
     from transformers import AutoTokenizer
 
-    from st_magnitude.losses.revela import RevelaDiagnosticsCallback, revela_callbacks
+    from st_magnitude.callbacks import RevelaDiagnosticsCallback, revela_callbacks
 
     lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
     runs = {}
@@ -408,12 +408,8 @@ def test_revela_trains_lora_on_a_decoder_retriever_and_a_lora_lm(tmp_path, tiny_
     import peft
     from transformers import AutoTokenizer
 
-    from st_magnitude.losses.revela import (
-        REVELA_PROMPTS,
-        build_decoder_retriever,
-        revela_callbacks,
-        revela_lora_config,
-    )
+    from st_magnitude.callbacks import revela_callbacks
+    from st_magnitude.losses.revela import REVELA_PROMPTS, build_decoder_retriever, revela_lora_config
 
     retriever = build_decoder_retriever(
         str(tiny_decoder_dir), max_seq_length=16, lora=revela_lora_config("FEATURE_EXTRACTION", r=4), device="cpu"

@@ -1,4 +1,4 @@
-"""Trainer callbacks for st-magnitude.
+"""Logging the learnable similarity's γq / γd during training.
 
 :class:`GammaLoggingCallback` adds the learnable γq / γd to the Trainer logs. A loss cannot report γ through its
 returned dict, because the Trainer sums every value of that dict into the training loss.
@@ -12,6 +12,7 @@ from typing import Any
 from torch import nn
 from transformers import TrainerCallback
 
+from st_magnitude.callbacks._log import add_to_log
 from st_magnitude.convert import carried_similarity
 from st_magnitude.similarity import LearnableSimilarity, Similarity
 
@@ -68,9 +69,5 @@ class GammaLoggingCallback(TrainerCallback):
                 logger.warning("GammaLoggingCallback: no learnable similarity found on the model or the loss.")
                 self._warned = True
             return control
-        if logs is not None:
-            logs.update(gammas)
-        # the Trainer appended a copy of `logs` to log_history before calling on_log: update it too
-        if state.log_history and state.log_history[-1].get("step") == state.global_step:
-            state.log_history[-1].update(gammas)
+        add_to_log(state, logs, gammas)
         return control

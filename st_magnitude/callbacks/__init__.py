@@ -1,0 +1,46 @@
+"""Trainer callbacks for st-magnitude, all in one place.
+
+- :class:`GammaLoggingCallback`: logs the learnable γq / γd (``gamma``).
+- :class:`LossStateCallback`: saves the trainable state that lives in a loss (the L2Dir NAP head, Revela's LM, a
+  loss-held γ̂) with every checkpoint and restores it on resume, for any loss (``loss_state``);
+  :class:`LossStatsCallback` logs the statistics a loss averages (L2Dir's length ratio).
+- :class:`RevelaLMGradClipCallback`, :class:`RevelaDiagnosticsCallback`, :func:`revela_callbacks`: Revela's LM
+  gradient clipping and relevance diagnostics (``revela``).
+"""
+
+from __future__ import annotations
+
+from st_magnitude._lazy import lazy_exports
+
+__all__ = [
+    "DIAGNOSTIC_KEYS",
+    "LOSS_STATE_FILENAME",
+    "GammaLoggingCallback",
+    "LossStateCallback",
+    "LossStatsCallback",
+    "RevelaDiagnosticsCallback",
+    "RevelaLMGradClipCallback",
+    "current_gammas",
+    "load_loss_state",
+    "load_loss_state_dict",
+    "loss_state_dict",
+    "revela_callbacks",
+    "save_loss_state",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".gamma": ("GammaLoggingCallback", "current_gammas"),
+        ".loss_state": (
+            "LOSS_STATE_FILENAME",
+            "LossStateCallback",
+            "LossStatsCallback",
+            "load_loss_state",
+            "load_loss_state_dict",
+            "loss_state_dict",
+            "save_loss_state",
+        ),
+        ".revela": ("DIAGNOSTIC_KEYS", "RevelaDiagnosticsCallback", "RevelaLMGradClipCallback", "revela_callbacks"),
+    },
+)

@@ -1,0 +1,202 @@
+"""One checkpoint mechanism for the trainable state that lives in a loss (NAP head, Revela's LM, loss-held γ̂)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from st_magnitude.callbacks import (
+    LOSS_STATE_FILENAME,
+    LossStateCallback,
+    LossStatsCallback,
+    load_loss_state,
+    loss_state_dict,
+    save_loss_state,
+)
+from st_magnitude.losses import (
+    CachedL2DirLoss,
+    CachedMWLoss,
+    CachedPartialNormInfoNCELoss,
+    L2DirLoss,
+    LossSimilarityWarning,
+    MWLoss,
+    PartialNormInfoNCELoss,
+)
+
+SENTS = [
+    "the protein increase in cancer cell study",
+    "vitamin and diet effect on heart risk",
+    "coffee tea and sleep study in patients",
+    "exercise and weight loss trial with fat",
+    "fish fat acid brain memory and sleep",
+    "blood sugar level in patients with diet",
+    "gene dose effect study in patients",
+    "heart rate and tea in a sleep trial",
+]
+
+
+def _learnable(model, cls=PartialNormInfoNCELoss, **kw):
+    """A plain model trained with similarity="learnable": γ̂ lives in the loss (on purpose here)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LossSimilarityWarning)
+        return cls(model, "learnable", **kw)
+
+
+def _set_gammas(loss, value: float) -> None:
+    with torch.no_grad():
+        for p in loss.parameters():
+            if p.requires_grad and p.numel() == 1:
+                p.fill_(value)
+
+
+def _state_at(step: int) -> TrainerState:
+    state = TrainerState()
+    state.global_step = step
+    return state
+
+
+def test_loss_held_gamma_round_trips_between_plain_and_cached(tiny_model_raw, tmp_path):
+    # Given a plain loss whose γ̂ has moved away from its start
+    plain = _learnable(tiny_model_raw)
+    _set_gammas(plain, 1.25)
+    state = loss_state_dict(plain)
+    assert set(state) == {"similarity_fct.gamma_query_logit", "similarity_fct.gamma_document_logit"}
+    # When it is saved and loaded into a fresh cached twin (and back)
+    save_loss_state(plain, tmp_path)
+    cached = _learnable(tiny_model_raw, CachedPartialNormInfoNCELoss, mini_batch_size=2)
+    load_loss_state(cached, tmp_path)
+    # Then the cached loss (which wraps a plain one) holds the same γ̂ under the same names
+    assert set(loss_state_dict(cached)) == set(state)
+    assert cached.similarity_fct.gamma_query == pytest.approx(plain.similarity_fct.gamma_query)
+    save_loss_state(cached, tmp_path / "back")
+    other = _learnable(tiny_model_raw)
+    load_loss_state(other, tmp_path / "back")
+    assert other.similarity_fct.gamma_document == pytest.approx(plain.similarity_fct.gamma_document)
+
+
+def test_loading_state_into_a_loss_built_differently_raises(tiny_model, tmp_path):
+    save_loss_state(L2DirLoss(tiny_model), tmp_path)
+    with pytest.raises(ValueError, match="does not fit L2DirLoss.*other shape"):
+        load_loss_state(L2DirLoss(tiny_model, nap_hidden_features=4), tmp_path)
+    with pytest.raises(ValueError, match="missing"):
+        load_loss_state(_learnable(tiny_model, MWLoss), tmp_path)
+    with pytest.raises(FileNotFoundError, match="no saved loss state"):
+        load_loss_state(L2DirLoss(tiny_model), tmp_path / "nowhere")
+
+
+def test_a_loss_without_state_saves_nothing_and_resumes_silently(tiny_model, tmp_path, caplog):
+    loss = CachedMWLoss(tiny_model, "cosine", mini_batch_size=2)
+    assert loss_state_dict(loss) == {} and save_loss_state(loss, tmp_path) is None
+    assert not (tmp_path / LOSS_STATE_FILENAME).exists()
+    callback = LossStateCallback(loss)
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    with caplog.at_level(logging.WARNING):
+        callback.on_train_begin(args, _state_at(3), TrainerControl())
+    assert caplog.records == []
+
+
+def test_resume_without_saved_state_raises_or_warns(tiny_model, tmp_path, caplog):
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    loss = CachedL2DirLoss(tiny_model, mini_batch_size=2)
+    with pytest.raises(FileNotFoundError, match="CachedL2DirLoss .*would restart"):
+        LossStateCallback(loss).on_train_begin(args, _state_at(2), TrainerControl())
+    with caplog.at_level(logging.WARNING):
+        LossStateCallback(loss, on_missing="warn").on_train_begin(args, _state_at(2), TrainerControl())
+    assert "load_loss_state(loss" in caplog.text
+    with pytest.raises(ValueError, match=r"on_missing must be one of \['raise', 'warn'\]"):
+        LossStateCallback(loss, on_missing="ignore")
+    assert loss.callback_attached  # the L2Dir "nothing saves the head" warning is off once a callback holds it
+
+
+class _FirstStepProbe(TrainerCallback):
+    def __init__(self, loss):
+        self.loss = loss
+        self.seen: dict[str, torch.Tensor] | None = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.seen is None:
+            self.seen = {k: v.clone() for k, v in loss_state_dict(self.loss).items()}
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["plain", "cached"])
+def test_trainer_resume_restores_a_loss_held_gamma(tiny_bert_dir, tmp_path, cached):
+    """The loss-held γ̂ had no checkpoint mechanism before LossStateCallback: a resumed run restarted it."""
+    from conftest import build_tiny_st
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+    def run(seed: int, callbacks, resume=None):
+        torch.manual_seed(seed)
+        model = build_tiny_st(tiny_bert_dir, normalize=False)
+        kw = {"mini_batch_size": 2} if cached else {}
+        loss = _learnable(model, CachedPartialNormInfoNCELoss if cached else PartialNormInfoNCELoss, **kw)
+        _set_gammas(loss, float(seed))  # a different start per run
+        args = SentenceTransformerTrainingArguments(
+            output_dir=str(tmp_path),
+            max_steps=4,
+            per_device_train_batch_size=4,
+            learning_rate=0.1,
+            save_strategy="steps",
+            save_steps=2,
+            report_to="none",
+            use_cpu=True,
+            seed=3,
+            data_seed=3,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+        )
+        data = Dataset.from_dict({"anchor": SENTS, "positive": [s.split(" ", 1)[1] for s in SENTS]})
+        probes = [cb(loss) for cb in callbacks]
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=probes)
+        trainer.train(resume_from_checkpoint=resume)
+        return loss, probes
+
+    # Given a run that saves γ̂ with its checkpoints
+    loss, _ = run(0, [LossStateCallback])
+    from safetensors.torch import load_file
+
+    at_2 = load_file(str(tmp_path / "checkpoint-2" / LOSS_STATE_FILENAME))
+    assert set(at_2) == set(loss_state_dict(loss))
+    # When a fresh loss with another γ̂ resumes from checkpoint-2
+    _, (_, probe) = run(5, [LossStateCallback, _FirstStepProbe], resume=str(tmp_path / "checkpoint-2"))
+    # Then its first step starts from the saved γ̂
+    assert probe.seen is not None
+    for name, value in at_2.items():
+        torch.testing.assert_close(probe.seen[name], value, rtol=0, atol=0, msg=name)
+
+
+def test_loss_stats_callback_logs_with_the_loss_prefix(tiny_model):
+    loss = L2DirLoss(tiny_model)
+    loss._record_stats({"length_ratio_mean": 1.23456})
+    state = TrainerState()
+    state.global_step = 1
+    state.log_history = [{"step": 1, "loss": 0.5}]
+    logs = {"loss": 0.5}
+    LossStatsCallback(loss).on_log(None, state, TrainerControl(), logs=logs)
+    assert logs["l2dir_length_ratio_mean"] == 1.2346 and state.log_history[-1]["l2dir_length_ratio_mean"] == 1.2346
+
+
+def test_deprecated_l2dir_callback_warns_and_restores_its_old_checkpoints(tiny_model, tmp_path):
+    from st_magnitude.losses.l2dir import NAP_HEAD_DIRNAME, save_nap_head
+
+    # Given a checkpoint written by the old L2DirCallback (checkpoint-2/nap_head/)
+    torch.manual_seed(1)
+    trained = L2DirLoss(tiny_model)
+    save_nap_head(trained, tmp_path / "checkpoint-2" / NAP_HEAD_DIRNAME)
+    torch.manual_seed(2)
+    loss = L2DirLoss(tiny_model)
+    # When the deprecated callback resumes from it
+    with pytest.warns(DeprecationWarning, match="LossStateCallback, LossStatsCallback"):
+        from st_magnitude.callbacks_l2dir import L2DirCallback
+
+        callback = L2DirCallback(loss)
+    callback.on_train_begin(TrainingArguments(output_dir=str(tmp_path), report_to=[]), _state_at(2), TrainerControl())
+    # Then the head holds the saved weights
+    for name, value in loss_state_dict(trained).items():
+        torch.testing.assert_close(loss_state_dict(loss)[name], value, rtol=0, atol=0, msg=name)
+    with pytest.raises(ValueError, match="without a NAP head"), pytest.warns(DeprecationWarning):
+        L2DirCallback(torch.nn.Linear(2, 2))
