@@ -86,8 +86,11 @@ def build_tiny_bert_dir(path: Path, hidden: int = 32, layers: int = 2, seed: int
     return path
 
 
-def build_tiny_st(hf_dir: Path, normalize: bool = True, seed: int = 0):
-    """A SentenceTransformer: Transformer + mean Pooling (+ Normalize), like all-MiniLM-L6-v2 in miniature."""
+def build_tiny_st(hf_dir: Path, normalize: bool = True, seed: int = 0, dropout: float | None = None):
+    """A SentenceTransformer: Transformer + mean Pooling (+ Normalize), like all-MiniLM-L6-v2 in miniature.
+
+    ``dropout=0.0`` switches dropout off, for comparisons of a plain loss (columns embedded merged) with a cached one
+    (embedded per mini-batch)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.base.modules import Normalize, Transformer
     from sentence_transformers.sentence_transformer.modules import Pooling
@@ -96,7 +99,47 @@ def build_tiny_st(hf_dir: Path, normalize: bool = True, seed: int = 0):
     transformer = Transformer(str(hf_dir), max_seq_length=32)
     pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
     modules = [transformer, pooling] + ([Normalize()] if normalize else [])
-    return SentenceTransformer(modules=modules, device="cpu")
+    model = SentenceTransformer(modules=modules, device="cpu")
+    if dropout is not None:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = dropout
+    return model
+
+
+#: Short biomedical-style sentences for training pairs (anchor = sentence, positive = its tail).
+TRAIN_SENTENCES = [
+    "the protein increase in cancer cell",
+    "vitamin and diet effect on heart risk",
+    "coffee tea and sleep study",
+    "exercise and weight loss trial",
+    "fish fat acid brain memory",
+    "blood sugar level in patients",
+    "milk egg meat and fish diet",
+    "gene dose effect study in patients",
+]
+
+
+def cpu_training_args(output_dir, **overrides):
+    """``SentenceTransformerTrainingArguments`` for a tiny, deterministic, offline CPU run (override what differs)."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    defaults = {"report_to": "none", "use_cpu": True, "seed": 7, "data_seed": 7, "dataloader_num_workers": 0}
+    return SentenceTransformerTrainingArguments(output_dir=str(output_dir), **{**defaults, **overrides})
+
+
+def first_step_probe(read):
+    """A Trainer callback that stores ``read()`` once, when the first optimizer step (after any resume) begins."""
+    from transformers import TrainerCallback
+
+    class FirstStepProbe(TrainerCallback):
+        seen = None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self.seen is None:
+                self.seen = {k: v.detach().clone() for k, v in read().items()}
+
+    return FirstStepProbe()
 
 
 def loss_parameters(loss: torch.nn.Module) -> dict[str, torch.nn.Parameter]:

@@ -329,11 +329,14 @@ class FamilyLoss(nn.Module):
         if self.carried is not None:
             features = set_roles(features)
         embeddings = embed_columns(self.model, features)
+        sync_loss_held_gradients(self)
         return self.compute_loss_from_embeddings(embeddings, labels)
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
-        """The loss from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``)."""
-        sync_loss_held_gradients(self)
+        """The loss from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``).
+
+        Loss-held parameters (γ̂) get their gradient averaged over processes by :meth:`forward`, or by the wrapper
+        that calls this (the cached twin, ``MagnitudeMatryoshkaLoss``)."""
         batch = self.prepare_batch(list(embeddings), rows_per_chunk=embeddings[0].size(0))
         return self.rows_loss(batch, 0, batch.size)
 

@@ -258,6 +258,7 @@ class InfoTNLoss(_StatsMixin, nn.Module):
         check_columns([feature_rows(f) for f in sentence_features], type(self).__name__)
         states = [self.tap.embed(f, self.model)[1] for f in sentence_features]
         modalities = [modality_key(f.get("modality")) for f in sentence_features]
+        sync_loss_held_gradients(self)
         return self.compute_loss_from_embeddings(states, labels, modalities=modalities)
 
     def compute_loss_from_embeddings(
@@ -265,7 +266,6 @@ class InfoTNLoss(_StatsMixin, nn.Module):
     ) -> Tensor:
         """InfoTN on per-column un-normalized states ``embeddings`` (NAP applied first when a head is set)."""
         name = type(self).__name__
-        sync_loss_held_gradients(self)
         check_columns([e.size(0) for e in embeddings], name)
         check_finite(list(embeddings), name, "un-normalized states")
         check_has_negatives(embeddings[0].size(0), len(embeddings) - 1, name)
@@ -445,6 +445,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
             embeddings.append(emb)
             states.append(state)
         modalities = [modality_key(f.get("modality")) for f in sentence_features]
+        sync_loss_held_gradients(self)
         return self.compute_loss_from_embeddings(embeddings, states, labels, modalities=modalities)
 
     def _check_columns(self, sentence_features: list) -> None:
@@ -469,20 +470,9 @@ class L2DirLoss(_StatsMixin, nn.Module):
 
         With ``gather_across_devices`` the candidate columns (and their NAP outputs) of every process are gathered
         (with gradients); each process scores its own anchors against all of them, so the mean over processes of
-        the returned loss is the loss of the global batch.
+        the returned loss is the loss of the global batch. The NAP head's gradient is averaged over processes by
+        :meth:`forward` (or by the cached loss that calls this on its cached embeddings).
         """
-        sync_loss_held_gradients(self)
-        return self.loss_parts(embeddings, nap_inputs, labels, modalities)
-
-    def loss_parts(
-        self,
-        embeddings: list[Tensor],
-        nap_inputs: list[Tensor],
-        labels: Tensor | None = None,
-        modalities: list[str] | None = None,
-    ) -> dict[str, Tensor]:
-        """:meth:`compute_loss_from_embeddings` without the process sync of the NAP head's gradient (which the
-        caller owns: this loss, or :class:`CachedL2DirLoss` on its cached embeddings)."""
         name = type(self).__name__
         check_columns([e.size(0) for e in embeddings], name)
         check_columns([x.size(0) for x in nap_inputs], name)
@@ -643,11 +633,12 @@ class CachedL2DirLoss(CachedLoss):
     def calculate_loss(
         self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
     ) -> Tensor:
-        """Eq. 8 over the whole batch by :meth:`L2DirLoss.loss_parts` on the cached ``[embedding, NAP input]``."""
+        """Eq. 8 over the whole batch by :meth:`L2DirLoss.compute_loss_from_embeddings` on the cached ``[embedding,
+        NAP input]``."""
         call = self._call
         d = call.embedding_width
         columns = [torch.cat(r) for r in reps]
-        parts = self.loss.loss_parts(
+        parts = self.loss.compute_loss_from_embeddings(
             [c[:, :d] for c in columns], [c[:, d:] for c in columns], labels, modalities=call.modalities
         )
         nce, tn = parts["infonce"], parts["infotn"]

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from st_magnitude.losses._common import sync_loss_held_gradients
 from st_magnitude.losses.margin_contrastive import SCALING_CITATION
 
 __all__ = ["MagnitudeMatryoshkaLoss"]
@@ -93,6 +94,7 @@ class MagnitudeMatryoshkaLoss(nn.Module):
             if self.set_roles and "task" not in f:
                 f["task"] = "query" if i == 0 else "document"
             embeddings.append(self.model(f)["sentence_embedding"])
+        sync_loss_held_gradients(self)  # parameters of the inner loss (γ̂) average over processes like the model's
         return self.compute_loss_from_embeddings(embeddings, labels)
 
     def compute_loss_from_embeddings(self, embeddings: Sequence[Tensor], labels: Tensor | None) -> dict[str, Tensor]:

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from st_magnitude.callbacks import (
     LOSS_STATE_FILENAME,
@@ -26,17 +26,6 @@ from st_magnitude.losses import (
     MWLoss,
     PartialNormInfoNCELoss,
 )
-
-SENTS = [
-    "the protein increase in cancer cell study",
-    "vitamin and diet effect on heart risk",
-    "coffee tea and sleep study in patients",
-    "exercise and weight loss trial with fat",
-    "fish fat acid brain memory and sleep",
-    "blood sugar level in patients with diet",
-    "gene dose effect study in patients",
-    "heart rate and tea in a sleep trial",
-]
 
 
 def _learnable(model, cls=PartialNormInfoNCELoss, **kw):
@@ -112,57 +101,39 @@ def test_resume_without_saved_state_raises_or_warns(tiny_model, tmp_path, caplog
     assert loss.callback_attached  # the L2Dir "nothing saves the head" warning is off once a callback holds it
 
 
-class _FirstStepProbe(TrainerCallback):
-    def __init__(self, loss):
-        self.loss = loss
-        self.seen: dict[str, torch.Tensor] | None = None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if self.seen is None:
-            self.seen = {k: v.clone() for k, v in loss_state_dict(self.loss).items()}
-
-
 @pytest.mark.parametrize("cached", [False, True], ids=["plain", "cached"])
 def test_trainer_resume_restores_a_loss_held_gamma(tiny_bert_dir, tmp_path, cached):
     """The loss-held γ̂ had no checkpoint mechanism before LossStateCallback: a resumed run restarted it."""
-    from conftest import build_tiny_st
+    from conftest import TRAIN_SENTENCES, build_tiny_st, cpu_training_args, first_step_probe
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformerTrainer
 
-    def run(seed: int, callbacks, resume=None):
+    def run(seed: int, probe: bool = False, resume: str | None = None):
         torch.manual_seed(seed)
         model = build_tiny_st(tiny_bert_dir, normalize=False)
         kw = {"mini_batch_size": 2} if cached else {}
         loss = _learnable(model, CachedPartialNormInfoNCELoss if cached else PartialNormInfoNCELoss, **kw)
         _set_gammas(loss, float(seed))  # a different start per run
-        args = SentenceTransformerTrainingArguments(
-            output_dir=str(tmp_path),
-            max_steps=4,
-            per_device_train_batch_size=4,
-            learning_rate=0.1,
-            save_strategy="steps",
-            save_steps=2,
-            report_to="none",
-            use_cpu=True,
-            seed=3,
-            data_seed=3,
-            dataloader_num_workers=0,
-            disable_tqdm=True,
+        callbacks = [LossStateCallback(loss)] + ([first_step_probe(lambda: loss_state_dict(loss))] if probe else [])
+        args = cpu_training_args(
+            tmp_path, max_steps=4, per_device_train_batch_size=4, learning_rate=0.1, save_steps=2, disable_tqdm=True
         )
-        data = Dataset.from_dict({"anchor": SENTS, "positive": [s.split(" ", 1)[1] for s in SENTS]})
-        probes = [cb(loss) for cb in callbacks]
-        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=probes)
+        data = Dataset.from_dict(
+            {"anchor": TRAIN_SENTENCES, "positive": [s.split(" ", 1)[1] for s in TRAIN_SENTENCES]}
+        )
+        trainer = SentenceTransformerTrainer(
+            model=model, args=args, train_dataset=data, loss=loss, callbacks=callbacks
+        )
         trainer.train(resume_from_checkpoint=resume)
-        return loss, probes
+        return loss, callbacks
 
     # Given a run that saves γ̂ with its checkpoints
-    loss, _ = run(0, [LossStateCallback])
-    from safetensors.torch import load_file
-
+    loss, _ = run(0)
     at_2 = load_file(str(tmp_path / "checkpoint-2" / LOSS_STATE_FILENAME))
     assert set(at_2) == set(loss_state_dict(loss))
     # When a fresh loss with another γ̂ resumes from checkpoint-2
-    _, (_, probe) = run(5, [LossStateCallback, _FirstStepProbe], resume=str(tmp_path / "checkpoint-2"))
+    _, (_, probe) = run(5, probe=True, resume=str(tmp_path / "checkpoint-2"))
     # Then its first step starts from the saved γ̂
     assert probe.seen is not None
     for name, value in at_2.items():

@@ -13,37 +13,22 @@ import json
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import torch
 from datasets import Dataset
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-from sentence_transformers.base.modules import Normalize, Transformer
-from sentence_transformers.sentence_transformer.modules import Pooling
 from torch import nn
 
 from st_magnitude.losses import CachedL2DirLoss, CachedMWLoss, CachedPartialNormInfoNCELoss, L2DirLoss
 
-SENTS = [
-    "the protein increase in cancer cell",
-    "vitamin and diet effect on heart risk",
-    "coffee tea and sleep study",
-    "exercise and weight loss trial",
-    "fish fat acid brain memory",
-    "blood sugar level in patients",
-    "milk egg meat and fish diet",
-    "gene dose effect study in patients",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared tiny-model kit
+from conftest import TRAIN_SENTENCES as SENTS  # noqa: E402
+from conftest import build_tiny_st  # noqa: E402
 
 
 def build(hf_dir: str, normalize: bool) -> SentenceTransformer:
-    torch.manual_seed(0)
-    transformer = Transformer(hf_dir, max_seq_length=32)
-    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")]
-    model = SentenceTransformer(modules=modules + ([Normalize()] if normalize else []), device="cpu")
-    for module in model.modules():
-        if isinstance(module, nn.Dropout):
-            module.p = 0.0
-    return model.double()
+    return build_tiny_st(Path(hf_dir), normalize=normalize, dropout=0.0).double()
 
 
 def make(name: str, model: SentenceTransformer, gather: bool) -> nn.Module:

@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import loss_parameters
+from conftest import TRAIN_SENTENCES, loss_parameters
 from torch import nn
 
 from st_magnitude.losses import (
@@ -30,16 +30,7 @@ from st_magnitude.losses import (
     PartialNormInfoNCELoss,
 )
 
-SENTS = [
-    "the protein increase in cancer cell",
-    "vitamin and diet effect on heart risk",
-    "coffee tea and sleep study",
-    "exercise and weight loss trial",
-    "fish fat acid brain memory",
-    "blood sugar level in patients",
-    "milk egg meat and fish diet",
-    "gene dose effect study in patients",
-]
+SENTS = TRAIN_SENTENCES
 
 
 def _make(name: str, model: nn.Module, cached: bool) -> nn.Module:
@@ -68,11 +59,9 @@ def _make_loss(name: str, model: nn.Module, cached: bool) -> nn.Module:
 def _model(tiny_bert_dir, name: str):
     from conftest import build_tiny_st
 
-    model = build_tiny_st(tiny_bert_dir, normalize=(name == "l2dir"))
-    for module in model.modules():  # the plain loss embeds columns merged, the cached one per mini-batch
-        if isinstance(module, nn.Dropout):
-            module.p = 0.0
-    return model.double()  # float64, so "identical" can mean 1e-6 on the parameter moves
+    # no dropout: the plain loss embeds columns merged, the cached one per mini-batch; float64, so "identical" can
+    # mean 1e-6 on the parameter moves
+    return build_tiny_st(tiny_bert_dir, normalize=(name == "l2dir"), dropout=0.0).double()
 
 
 def _params(loss: nn.Module) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import TrainerCallback
+from conftest import first_step_probe
 
 from st_magnitude.callbacks import LOSS_STATE_FILENAME, LossStateCallback, LossStatsCallback
 from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss, load_nap_head, save_nap_head
@@ -24,34 +24,10 @@ def _dataset(sentences):
 
 
 def _args(out, max_steps):
-    from sentence_transformers import SentenceTransformerTrainingArguments
+    from conftest import cpu_training_args
 
-    return SentenceTransformerTrainingArguments(
-        output_dir=str(out),
-        max_steps=max_steps,
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=2,
-        report_to="none",
-        use_cpu=True,
-        seed=7,
-        data_seed=7,
-        dataloader_num_workers=0,
-    )
-
-
-class _FirstStepProbe(TrainerCallback):
-    """Records the head's weights when the first (resumed) optimizer step begins."""
-
-    def __init__(self, loss):
-        self.loss = loss
-        self.seen: dict[str, torch.Tensor] | None = None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if self.seen is None:
-            self.seen = {k: v.detach().clone() for k, v in self.loss.nap_head.state_dict().items()}
+    kw = {"per_device_train_batch_size": 4, "learning_rate": 1e-3, "logging_steps": 1}
+    return cpu_training_args(out, max_steps=max_steps, save_strategy="steps", save_steps=2, **kw)
 
 
 def _state(head: NAPHead) -> dict[str, torch.Tensor]:
@@ -107,7 +83,7 @@ def test_nap_head_is_saved_with_checkpoints_and_restored_on_resume(tiny_bert_dir
     model2 = build_tiny_st(tiny_bert_dir)
     loss2 = _l2dir(model2, cached)
     assert not torch.equal(loss2.nap_head.projections["default"].weight, at_step_2["projections.default.weight"])
-    probe = _FirstStepProbe(loss2)
+    probe = first_step_probe(loss2.nap_head.state_dict)
     trainer2 = SentenceTransformerTrainer(
         model=model2,
         args=_args(tmp_path, 4),

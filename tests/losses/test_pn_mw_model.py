@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import TRAIN_SENTENCES
 from sentence_transformers.sentence_transformer.losses import (
     CachedMultipleNegativesRankingLoss,
     MultipleNegativesRankingLoss,
@@ -23,14 +24,7 @@ from st_magnitude.losses import (
     PartialNormInfoNCELoss,
 )
 
-SENTS = [
-    "the protein increase in cancer cell",
-    "vitamin and diet effect on heart risk",
-    "coffee tea and sleep study",
-    "exercise and weight loss trial",
-    "fish fat acid brain memory",
-    "blood sugar level in patients",
-]
+SENTS = TRAIN_SENTENCES[:6]
 
 
 def batch(model, n_cols: int = 3, size: int = 4) -> list[dict]:
