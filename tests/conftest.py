@@ -167,14 +167,7 @@ def tiny_model_raw(tiny_bert_dir):
 
 @pytest.fixture
 def sentences() -> list[str]:
-    return [
-        "the protein increase in cancer cell",
-        "vitamin and diet effect on heart risk",
-        "coffee tea and sleep study",
-        "exercise and weight loss trial",
-        "fish fat acid brain memory",
-        "blood sugar level in patients",
-    ]
+    return TRAIN_SENTENCES[:6]
 
 
 def minilm_path() -> Path | None:

@@ -32,15 +32,8 @@ from st_magnitude.losses._common import load_loss_state_dict, loss_state_dict
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "LOSS_STATE_FILENAME",
-    "LossStateCallback",
-    "LossStatsCallback",
-    "load_loss_state",
-    "load_loss_state_dict",
-    "loss_state_dict",
-    "save_loss_state",
-]
+__all__ = ["LossStateCallback", "LossStatsCallback", "save_loss_state", "load_loss_state", "LOSS_STATE_FILENAME"]
+# loss_state_dict / load_loss_state_dict (the protocol) are re-exported by st_magnitude.callbacks
 
 #: File, inside a checkpoint folder, that holds the loss's state.
 LOSS_STATE_FILENAME = "loss_state.safetensors"

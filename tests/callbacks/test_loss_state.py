@@ -17,15 +17,9 @@ from st_magnitude.callbacks import (
     loss_state_dict,
     save_loss_state,
 )
-from st_magnitude.losses import (
-    CachedL2DirLoss,
-    CachedMWLoss,
-    CachedPartialNormInfoNCELoss,
-    L2DirLoss,
-    LossSimilarityWarning,
-    MWLoss,
-    PartialNormInfoNCELoss,
-)
+from st_magnitude.losses import CachedMWLoss, LossSimilarityWarning, MWLoss
+from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss
+from st_magnitude.losses.partial_norm_infonce import CachedPartialNormInfoNCELoss, PartialNormInfoNCELoss
 
 
 def _learnable(model, cls=PartialNormInfoNCELoss, **kw):
