@@ -255,19 +255,25 @@ class RevelaLoss(nn.Module):
             raise RuntimeError(
                 f"the LM's attention did not go through {REVELA_ATTENTION!r}; is config._attn_implementation set?"
             )
-        in_batch_state = RevelaAttentionState(
+        return self._in_batch_ce(input_ids, attention_mask, labels, sim, record_state, training=True)
+
+    def _in_batch_ce(
+        self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor, sim: Tensor, record, training: bool = False
+    ) -> Tensor:
+        """Pass 2 (paper eq. 5): the LM's cross-entropy when each chunk also attends to the others' pass-1 keys and
+        values (``record``), weighted by ``sim``. ``training``: the loss's pass 2, which may be checkpointed
+        (``checkpoint_in_batch``) and reads a copy of the K/V (a replayed pass 1 must not touch what it reads);
+        the diagnostics' forwards without gradient read them as they are."""
+        state = RevelaAttentionState(
             mode="in_batch",
             sim=sim,
-            key_mask=record_state.key_mask,
+            key_mask=record.key_mask,
             v_norm=self.v_norm,
             eps=self.eps,
-            checkpoint=self.checkpoint_in_batch,
-            kv=dict(record_state.kv),  # a copy: a replayed pass 1 must not touch what pass 2 reads
+            checkpoint=self.checkpoint_in_batch and training,
+            kv=dict(record.kv) if training else record.kv,
         )
-        out = self.lm(
-            input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: in_batch_state}
-        )
-        return out.loss
+        return self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: state}).loss
 
     def compute_loss_from_embeddings(
         self,
@@ -365,17 +371,7 @@ class RevelaLoss(nn.Module):
             ).loss
 
             def in_batch_ce(weights: Tensor) -> Tensor:
-                state = RevelaAttentionState(
-                    mode="in_batch",
-                    sim=weights,
-                    key_mask=record.key_mask,
-                    v_norm=self.v_norm,
-                    eps=self.eps,
-                    kv=record.kv,
-                )
-                return self.lm(
-                    input_ids=input_ids, attention_mask=attention_mask, labels=labels, **{STATE_KWARG: state}
-                ).loss
+                return self._in_batch_ce(input_ids, attention_mask, labels, weights, record)
 
             ce_real = in_batch_ce(sim)
             ce_shuffled = sum(in_batch_ce(self.shuffled_sim(sim)) for _ in range(int(shuffles))) / int(shuffles)
