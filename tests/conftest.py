@@ -107,6 +107,15 @@ def build_tiny_st(hf_dir: Path, normalize: bool = True, seed: int = 0, dropout: 
     return model
 
 
+#: Width and depth of every tiny transformer built in the tests (BERT, Llama-family decoders, CLIP's text tower).
+TINY_TRANSFORMER = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 64,
+}
+
 #: Short biomedical-style sentences for training pairs (anchor = sentence, positive = its tail).
 TRAIN_SENTENCES = [
     "the protein increase in cancer cell",

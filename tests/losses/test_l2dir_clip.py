@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import loss_parameters
+from conftest import TINY_TRANSFORMER, loss_parameters
 from torch import nn
 
 from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss
@@ -38,11 +38,7 @@ def build_tiny_clip_dir(path):
     tok = build_tokenizer()
     text = CLIPTextConfig(
         vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
+        **TINY_TRANSFORMER,
         projection_dim=16,
         pad_token_id=tok.pad_token_id,
         bos_token_id=tok.cls_token_id,

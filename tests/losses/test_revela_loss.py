@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import TINY_TRANSFORMER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,19 @@ from st_magnitude.losses.revela_attention import (
 )
 from st_magnitude.similarity import get_similarity
 
+#: Chunks of a tiny unlabeled corpus: three groups of three related texts.
+TEXTS = [
+    "the protein increase in cancer cell study",
+    "vitamin and diet effect on heart risk",
+    "coffee tea and sleep study in patients",
+    "exercise and weight loss trial with fat",
+    "fish fat acid brain memory and sleep",
+    "blood sugar level in patients with diet",
+    "gene level in brain cell and memory",
+    "milk egg and meat diet for heart risk",
+    "fruit vegetable fiber and blood sugar",
+]
+
 
 def build_tiny_llama(vocab_size: int = 60, kv_heads: int = 2, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -27,12 +41,8 @@ def build_tiny_llama(vocab_size: int = 60, kv_heads: int = 2, seed: int = 0):
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        **TINY_TRANSFORMER,
         num_key_value_heads=kv_heads,
-        max_position_embeddings=64,
         pad_token_id=0,
         bos_token_id=2,
         eos_token_id=3,
@@ -438,14 +448,7 @@ def test_trainer_saves_and_restores_the_lm(tmp_path, tiny_bert_dir):
     from transformers import AutoTokenizer
 
     lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
-    texts = [
-        "the protein increase in cancer cell study",
-        "vitamin and diet effect on heart risk",
-        "coffee tea and sleep study in patients",
-        "exercise and weight loss trial with fat",
-        "fish fat acid brain memory and sleep",
-        "blood sugar level in patients with diet",
-    ]
+    texts = TEXTS[:6]
     dataset = Dataset.from_dict(
         {"query": [" ".join(t.split()[:3]) for t in texts], "passage": texts, "label": [0, 0, 0, 1, 1, 1]}
     )
@@ -598,12 +601,8 @@ def test_other_supported_architectures(arch):
     torch.manual_seed(0)
     config = config_cls(
         vocab_size=60,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        **TINY_TRANSFORMER,
         num_key_value_heads=2,
-        max_position_embeddings=64,
         attn_implementation="sdpa",
     )
     lm = model_cls(config).eval()

@@ -10,7 +10,8 @@ import copy
 
 import pytest
 import torch
-from test_revela_loss import build_tiny_llama, count_calls, lm_batch
+from conftest import TINY_TRANSFORMER
+from test_revela_loss import TEXTS, build_tiny_llama, count_calls, lm_batch
 
 from st_magnitude.losses.revela import RevelaLoss
 
@@ -88,17 +89,6 @@ def test_lm_gradient_checkpointing_with_a_lora_lm():
 
 
 # ----------------------------------------------------------------------------------------------- LM clipping
-TEXTS = [
-    "the protein increase in cancer cell study",
-    "vitamin and diet effect on heart risk",
-    "coffee tea and sleep study in patients",
-    "exercise and weight loss trial with fat",
-    "fish fat acid brain memory and sleep",
-    "blood sugar level in patients with diet",
-    "gene level in brain cell and memory",
-    "milk egg and meat diet for heart risk",
-    "fruit vegetable fiber and blood sugar",
-]
 
 
 def group_dataset(group_size: int = 3):
@@ -355,12 +345,8 @@ def build_tiny_decoder_dir(path, seed: int = 0):
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        **TINY_TRANSFORMER,
         num_key_value_heads=2,
-        max_position_embeddings=64,
         bos_token_id=1,
         eos_token_id=2,
     )
