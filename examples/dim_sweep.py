@@ -2,7 +2,7 @@
 dimension on NFCorpus train for a fixed step budget, then measure contrastive entropy and nDCG@10 on NFCorpus test
 and SciFact test. One CSV row per (dimension, dataset), written as soon as it is measured.
 
-Recipes (st_magnitude.losses.margin_contrastive):
+Recipes (st_magnitude.losses.bert_recipe / ettin_recipe):
   bert   Transformer + Pooling + Dense(384→m), raw dot; Margin-MSE vs BM25 teacher margins + in-batch CE whose
          negatives are the other queries' positives, 1:1. Hard negatives: BM25 top-``--neg-pool`` non-positives.
   ettin  Transformer + Pooling + Dense(384→m) + Normalize; CE with τ = 0.02 over every in-batch passage.
@@ -326,7 +326,7 @@ def main(argv=None) -> int:
     else:
         similarity, scale = "cosine", 50.0
 
-    from st_magnitude.losses.margin_contrastive import BertRecipeLoss, EttinRecipeLoss
+    from st_magnitude.losses import BertRecipeLoss, EttinRecipeLoss
 
     new_file = not csv_path.is_file()
     with open(csv_path, "a", newline="") as fh:

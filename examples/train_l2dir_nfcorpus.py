@@ -132,8 +132,8 @@ def train(model, args) -> list[dict]:
     from sentence_transformers.base.sampler import BatchSamplers
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    from st_magnitude.callbacks_l2dir import L2DirCallback, save_nap_head
-    from st_magnitude.losses.l2dir import L2DirLoss
+    from st_magnitude.callbacks import LossStatsCallback
+    from st_magnitude.losses.l2dir import L2DirLoss, save_nap_head
 
     pairs = training_pairs(args.data, args.steps * args.batch_size * 2, args.seed)
     dataset = Dataset.from_dict(pairs)
@@ -142,7 +142,7 @@ def train(model, args) -> list[dict]:
         loss = MultipleNegativesRankingLoss(model, scale=1.0 / args.temperature)
     else:
         loss = L2DirLoss(model, lambda_=args.lambda_, temperature=args.temperature, tn_temperature=args.tn_temperature)
-        callbacks.append(L2DirCallback(loss))
+        callbacks.append(LossStatsCallback(loss))  # no checkpoints here (save_strategy="no"): statistics only
     targs = SentenceTransformerTrainingArguments(
         output_dir=str(args.out / "trainer"),
         max_steps=args.steps,

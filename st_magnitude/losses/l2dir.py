@@ -557,7 +557,9 @@ class CachedL2DirLoss(CachedLoss):
         The NAP head's own gradient is computed in step (2) and handed back through the returned loss, so the
         Trainer's gradient-accumulation divisor and the fp16 loss scale reach it exactly as they reach the backbone.
         The loss over the batch is computed in one piece (``B × B`` logits), so ``mini_batch_size`` bounds the
-        backbone's activations only.
+        backbone's activations only. Like ST's cached losses it wraps an :class:`L2DirLoss` built from the same
+        arguments (``self.loss``; ``lambda_``, ``nap_head``, ... read and assign through to it), whose
+        ``compute_loss_from_embeddings`` computes eq. 8 on the cached embeddings.
 
         Args:
             model, lambda_, temperature, tn_temperature, nap_head, nap_input, final_norm, nap_hidden_features, eps,

@@ -286,6 +286,10 @@ class CachedMWLoss(CachedLoss):
         gradient is accumulated and back-propagated last. Peak memory is therefore one row chunk of scores plus
         one pair chunk, independent of B (the pair count B·|S⁻| still grows as B³ in compute).
 
+        Like ST's cached losses it wraps an :class:`MWLoss` built from the same arguments (``self.loss``):
+        ``temperature``, ``reduction``, ... read and assign through to it, and each row chunk is computed by
+        :meth:`MWLoss.rows_loss`.
+
         Args:
             model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
             similarity: as in :class:`MWLoss`.

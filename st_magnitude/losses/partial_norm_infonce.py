@@ -181,6 +181,10 @@ class CachedPartialNormInfoNCELoss(CachedLoss):
         anchors, backward per chunk), then re-embeds each mini-batch with gradients and back-propagates the cached
         embedding gradients. Roles (``features["task"]``) are set before embedding, so converted models work.
 
+        Like ST's ``CachedMultipleNegativesRankingLoss``, it wraps the plain loss built from the same arguments
+        (``self.loss``): ``scale``, ``similarity_fct``, ... read and assign through to it, and each chunk of the
+        loss is computed by :meth:`PartialNormInfoNCELoss.rows_loss`.
+
         Args:
             model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
             similarity: as in :class:`PartialNormInfoNCELoss`.
