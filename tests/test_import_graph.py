@@ -147,3 +147,16 @@ def test_core_modules_stay_below_their_users():
     for low, uppers in below.items():
         bad = sorted(d for d in graph[low] for up in uppers if d == up or d.startswith(up + "."))
         assert bad == [], f"{low} imports upward: {bad}"
+
+
+def test_losses_stay_below_callbacks():
+    """``callbacks/`` reads a loss's state through ``losses/_common`` (the loss-state protocol): never the reverse."""
+    graph = import_graph()
+    bad = sorted(
+        (mod, dep)
+        for mod, deps in graph.items()
+        if mod.startswith("st_magnitude.losses")
+        for dep in deps
+        if dep.startswith("st_magnitude.callbacks")
+    )
+    assert bad == [], f"losses import callbacks: {bad}"
