@@ -24,7 +24,7 @@ from st_magnitude.losses import CachedL2DirLoss, CachedMWLoss, CachedPartialNorm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared tiny-model kit
 from conftest import TRAIN_SENTENCES as SENTS  # noqa: E402
-from conftest import build_tiny_st  # noqa: E402
+from conftest import build_tiny_st, loss_parameters  # noqa: E402
 
 
 def build(hf_dir: str, normalize: bool) -> SentenceTransformer:
@@ -72,7 +72,7 @@ def main() -> None:
             ddp_backend="gloo" if distributed else None,
         )
         SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss).train()
-        params = loss.named_parameters()
+        params = loss_parameters(loss).items()  # a cached loss: its plain loss's names
         results[name] = {n.replace("model.module.", "model."): p.detach().flatten().tolist() for n, p in params}
     if int(os.environ.get("RANK", "0")) == 0:
         with open(out_path, "w") as f:
