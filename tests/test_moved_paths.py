@@ -13,6 +13,14 @@ import pytest
 
 MOVED: list[tuple[str, str, str]] = [
     # (old module, name, new module)
+    ("st_magnitude.replication", "ArmComparison", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "Interval", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "combine_verdicts", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "compare_arms", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "paired_bootstrap", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "paired_bootstrap_fn", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "seed_interval", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "verdict", "st_magnitude.evaluation.stats"),
 ]
 
 
