@@ -152,8 +152,8 @@ def build_revela_dataset(
 
     Args:
         corpus: BEIR-style ``{doc_id: {"title", "text"}}`` or a list of texts, in corpus order.
-        group_size: chunks per in-batch set B (paper 16; must be ≥ 3, see :class:`RevelaLoss`).
-        max_words: chunk length limit in words (paper 120).
+        group_size: chunks per in-batch set B (paper 004 §4.1: 16; must be ≥ 3, see :class:`RevelaLoss`).
+        max_words: chunk length limit in words (paper 004 §4.1: 120).
         grouping: ``"bm25"`` (seed document + its BM25 nearest documents until the group is full),
             ``"sequential"`` (windows of ``window`` consecutive documents, chunks interleaved d_11, d_21, d_12, …,
             then cut into groups, paper §5.2) or ``"random"`` (all chunks shuffled with ``seed``, then cut into
