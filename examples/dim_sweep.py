@@ -7,7 +7,7 @@ Recipes (st_magnitude.losses.margin_contrastive):
          negatives are the other queries' positives, 1:1. Hard negatives: BM25 top-``--neg-pool`` non-positives.
   ettin  Transformer + Pooling + Dense(384→m) + Normalize; CE with τ = 0.02 over every in-batch passage.
 
-The teacher is BM25 (st_magnitude.scaling.bm25; the paper's cross-encoder cannot be downloaded offline).
+The teacher is BM25 (st_magnitude.data.bm25; the paper's cross-encoder cannot be downloaded offline).
 
 Examples:
   # CPU, small (NanoBEIR-style subsampled eval corpora: positives + seeded distractors)
@@ -295,7 +295,7 @@ def main(argv=None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True
     t_start = time.time()
 
-    from st_magnitude.scaling.bm25 import BM25Scorer
+    from st_magnitude.data.bm25 import BM25Scorer
 
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))

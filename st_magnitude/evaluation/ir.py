@@ -26,6 +26,7 @@ import torch
 from sentence_transformers.sentence_transformer.evaluation import SentenceEvaluator
 from torch import Tensor
 
+from st_magnitude.data.text import doc_text
 from st_magnitude.evaluation._retrieval import (  # shared with auc/dual; re-exported here
     ScoreFn,
     _append_csv,
@@ -49,16 +50,7 @@ __all__ = [
 
 def doc_texts(corpus: dict[str, Any], ids: Sequence[str], sep: str = " ") -> list[str]:
     """Texts of ``ids`` as mteb builds them: ``(title + sep + text).strip()`` (or the string itself)."""
-    out = []
-    for cid in ids:
-        doc = corpus[cid]
-        if isinstance(doc, str):
-            out.append(doc)
-            continue
-        title = doc.get("title") or ""
-        text = doc.get("text") or ""
-        out.append((title + sep + text).strip() if title else text.strip())
-    return out
+    return [doc_text(corpus[cid], sep) for cid in ids]
 
 
 def exact_search(
