@@ -340,9 +340,9 @@ def main(argv=None) -> int:
             torch.manual_seed(args.seed)
             sampler.rng = random.Random(args.seed)  # same batches for every dimension
             model = build_model(args.model, dim, args.recipe, args.max_seq_length, args.seed, args.device)
-            from st_magnitude.modules.dimension_projection import DimensionProjection
+            from st_magnitude.modules.dimension_projection import is_dimension_projection
 
-            proj = {id(p) for m in model.modules() if isinstance(m, DimensionProjection) for p in m.parameters()}
+            proj = {id(p) for m in model.modules() if is_dimension_projection(m) for p in m.parameters()}
             backbone = sum(p.numel() for p in model.parameters() if id(p) not in proj)
             loss_fn = BertRecipeLoss(model) if args.recipe == "bert" else EttinRecipeLoss(model)
             final_loss, secs = train(

@@ -14,6 +14,7 @@ __all__ = [
     "add_dimension_projection",
     "check_projection",
     "dimension_grid",
+    "is_dimension_projection",
     "truncate_embeddings",
 ]
 
@@ -26,6 +27,7 @@ __getattr__, __dir__ = lazy_exports(
             "add_dimension_projection",
             "check_projection",
             "dimension_grid",
+            "is_dimension_projection",
             "truncate_embeddings",
         ),
         ".nap_head": ("NAPHead", "NAPInputTap"),
