@@ -42,15 +42,6 @@ from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RoleIREvaluator",
-    "doc_texts",
-    "encode_roles",
-    "exact_search",
-    "resolve_score_fn",
-    "retrieval_metrics",
-]
-
 
 def doc_texts(corpus: dict[str, Any], ids: Sequence[str], sep: str = " ") -> list[str]:
     """Texts of ``ids`` as mteb builds them: ``(title + sep + text).strip()`` (or the string itself)."""
