@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
+from st_magnitude import data as _data
 from st_magnitude._lazy import moved_exports
 
+_OLD_NAMES = {n for n, target in vars(_data)["_lazy_targets"].items() if target == "st_magnitude.data.revela"}
+
 __getattr__, __dir__ = moved_exports(
-    __name__,
-    {
-        **dict.fromkeys(
-            (
-                "GROUPINGS",
-                "RevelaDataCollator",
-                "RevelaGroupBatchSampler",
-                "build_revela_dataset",
-                "chunk_text",
-                "first_half",
-                "randomize_groups",
-                "split_sentences",
-            ),
-            "st_magnitude.data.revela",
-        ),
-        "bm25_scores": "st_magnitude.data.bm25",
-    },
+    __name__, {**dict.fromkeys(_OLD_NAMES, "st_magnitude.data.revela"), "bm25_scores": "st_magnitude.data.bm25"}
 )

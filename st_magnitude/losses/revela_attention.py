@@ -3,21 +3,6 @@
 from __future__ import annotations
 
 from st_magnitude._lazy import moved_exports
+from st_magnitude.modules import revela_attention as _new
 
-__getattr__, __dir__ = moved_exports(
-    __name__,
-    dict.fromkeys(
-        (
-            "REVELA_ATTENTION",
-            "STATE_KWARG",
-            "SUPPORTED_MODEL_TYPES",
-            "RevelaAttentionState",
-            "active_pairs",
-            "enable_revela_attention",
-            "in_batch_term",
-            "register_revela_attention",
-            "revela_attention_forward",
-        ),
-        "st_magnitude.modules.revela_attention",
-    ),
-)
+__getattr__, __dir__ = moved_exports(__name__, dict.fromkeys([*_new.__all__, "SUPPORTED_MODEL_TYPES"], _new.__name__))
