@@ -1,4 +1,8 @@
-"""Sentence-transformers modules carried by st-magnitude models."""
+"""Sentence-transformers modules carried by st-magnitude models.
+
+:mod:`st_magnitude.modules.revela_attention` (not re-exported here) is the attention function that
+:class:`~st_magnitude.losses.RevelaLoss` registers in transformers' ``AttentionInterface``.
+"""
 
 from __future__ import annotations
 
