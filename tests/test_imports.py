@@ -13,6 +13,7 @@ HEAVY = ("torch", "sentence_transformers", "transformers", "scipy", "numpy", "mt
 
 PACKAGES = (
     "st_magnitude",
+    "st_magnitude.data",
     "st_magnitude.diagnostics",
     "st_magnitude.evaluation",
     "st_magnitude.experiments",

@@ -17,6 +17,7 @@ from st_magnitude.modules.dimension_projection import (
     add_dimension_projection,
     check_projection,
     dimension_grid,
+    is_dimension_projection,
     truncate_embeddings,
 )
 
@@ -26,8 +27,9 @@ def test_is_plain_st_dense_with_identity():
     assert type(proj) is Dense
     assert isinstance(proj.activation_function, nn.Identity)
     assert proj.linear.bias is not None and proj.get_embedding_dimension() == 48
-    assert isinstance(proj, DimensionProjection)
-    assert not isinstance(Dense(32, 48), DimensionProjection)  # Tanh default is not the paper's layer
+    assert is_dimension_projection(proj) and not isinstance(DimensionProjection, type)  # a factory, no metaclass
+    assert not is_dimension_projection(Dense(32, 48))  # Tanh default is not the paper's layer
+    assert is_dimension_projection(Dense(32, 48, activation_function=None))
     x = torch.randn(5, 32)
     out = proj({"sentence_embedding": x})["sentence_embedding"]
     torch.testing.assert_close(out, x @ proj.linear.weight.T + proj.linear.bias)
