@@ -1,4 +1,4 @@
-"""One data setting for the package (data_home): flag, $ST_MAGNITUDE_DATA, the user cache; deprecated forms; download."""
+"""One data setting (data_home): the flag, $ST_MAGNITUDE_DATA, the user cache; the deprecated forms; the download."""
 
 from __future__ import annotations
 
