@@ -56,37 +56,24 @@ LR_SCHEDULERS = ("linear", "cosine")
 #: (Table 8: InfoNCE at scale 20 with in-batch negatives, lr 5e-6, no warm-up, cosine decay, weight decay 0.01,
 #: max grad norm 1.0, AdamW β = (0.9, 0.98), ε = 1e-8, γ̂ trained with the encoder's optimizer settings) as far as one
 #: machine allows; where it cannot (steps, batch, data, seeds, checkpoint selection) see ``FULL_PROFILE_DEVIATIONS``.
+_PROFILE_TABLE: tuple[tuple[str, Any, Any], ...] = (
+    # (setting, quick, full)
+    ("steps", 20, 1000),
+    ("batch_size", 16, 128),  # full: paper 000 §3.1 / Table 8, 128 per device (256 over its 2 GPUs)
+    ("max_seq_length", 128, 256),
+    ("max_corpus", 300, None),
+    ("max_queries", 30, None),
+    ("kappa_pairs", None, None),  # None: 8n from the model's embedding dim (3072 for MiniLM), the κ rule's minimum
+    ("kappa_bootstrap", 100, 200),
+    ("learning_rate", 5e-5, 5e-6),
+    ("lr_scheduler", "linear", "cosine"),
+    ("warmup_fraction", 0.1, 0.0),
+    ("weight_decay", 0.0, 0.01),
+    ("adam_beta2", 0.999, 0.98),
+    ("gamma_learning_rate", 1e-2, None),  # full: None, γ̂ trains with the encoder's learning rate
+)
 PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(
-        steps=20,
-        batch_size=16,
-        max_seq_length=128,
-        max_corpus=300,
-        max_queries=30,
-        kappa_pairs=None,  # None: 8n from the model's embedding dim (3072 for MiniLM), the κ rule's minimum
-        kappa_bootstrap=100,
-        learning_rate=5e-5,
-        lr_scheduler="linear",
-        warmup_fraction=0.1,
-        weight_decay=0.0,
-        adam_beta2=0.999,
-        gamma_learning_rate=1e-2,
-    ),
-    "full": dict(
-        steps=1000,
-        batch_size=128,  # paper 000 §3.1 / Table 8: 128 per device (256 over its 2 GPUs)
-        max_seq_length=256,
-        max_corpus=None,
-        max_queries=None,
-        kappa_pairs=None,  # None: 8n from the model's embedding dim
-        kappa_bootstrap=200,
-        learning_rate=5e-6,
-        lr_scheduler="cosine",
-        warmup_fraction=0.0,
-        weight_decay=0.01,
-        adam_beta2=0.98,
-        gamma_learning_rate=None,
-    ),
+    profile: {row[0]: row[column] for row in _PROFILE_TABLE} for column, profile in enumerate(("quick", "full"), 1)
 }
 
 #: Where ``--full`` departs from paper 000 App. B (Table 8), and why; printed by ``--help`` and docs/compare.md.
@@ -246,18 +233,12 @@ def validate(config: CompareConfig) -> CompareConfig:
 # ----------------------------------------------------------------------------------------------------------------
 def training_pairs(folder: Path, n: int, seed: int) -> dict[str, list[str]]:
     """n seeded (query, relevant document) pairs from the dataset's train split (dev/test if there is none)."""
-    from st_magnitude.integrations.data import doc_text, load_beir
+    from st_magnitude.integrations.data import load_beir, positive_pairs
 
     split = next((s for s in ("train", "dev", "test") if (folder / "qrels" / f"{s}.tsv").is_file()), None)
     if split is None:
         raise FileNotFoundError(f"{folder} has no qrels to train on")
-    data = load_beir(folder, split, on_missing="drop")
-    pairs = [
-        (data.queries[q], doc_text(data.corpus[d]))
-        for q in sorted(data.qrels)
-        for d, g in sorted(data.qrels[q].items())
-        if g > 0
-    ]
+    pairs = positive_pairs(load_beir(folder, split, on_missing="drop"))
     rng = random.Random(seed)
     rng.shuffle(pairs)
     # one positive per query per batch is what the no-duplicates sampler enforces; keep the pool large enough
