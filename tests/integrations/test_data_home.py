@@ -172,3 +172,16 @@ def test_the_mteb_offline_message_points_at_the_data_setting(data, monkeypatch):
     assert f"-t {data / 'beir' / 'scifact'}" in _offline_message("SciFact")
     monkeypatch.setenv(DATA_ENV, str(data / "missing"))
     assert "-t $ST_MAGNITUDE_DATA/beir/scifact" in _offline_message("SciFact")
+
+
+def test_replicate_reads_the_same_setting_and_says_how_to_set_it(data, tmp_path, monkeypatch):
+    from st_magnitude.replication.common import Context, beir_folder
+
+    def ctx(root):
+        return Context("cpu", {}, 0, root, "cpu", False, tmp_path)
+
+    monkeypatch.setenv(DATA_ENV, str(data))
+    assert beir_folder(ctx(resolve_data_dir()), "toy") == data / "beir" / "toy"
+    monkeypatch.delenv(DATA_ENV)
+    with pytest.raises(FileNotFoundError, match=r"st_magnitude/data/beir/toy does not exist .*ST_MAGNITUDE_DATA"):
+        beir_folder(ctx(resolve_data_dir()), "toy")
