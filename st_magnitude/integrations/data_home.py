@@ -144,7 +144,7 @@ def download_beir(name: str, beir_dir: str | os.PathLike) -> Path:
     earlier = _earlier_download(name)
     if earlier is not None:
         hint += f" An earlier version downloaded it to {earlier}: move it to {beir / name}."
-    created = not beir.exists()
+    created = [p for p in (beir, *beir.parents) if not p.exists()]  # deepest first; removed again on failure
     try:
         from beir import util
 
@@ -156,8 +156,9 @@ def download_beir(name: str, beir_dir: str | os.PathLike) -> Path:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     except Exception as exc:  # noqa: BLE001 - any network or file failure becomes one clear message
-        if created and beir.is_dir() and not any(beir.iterdir()):
-            beir.rmdir()  # a failed download leaves the data folder as it was
+        for folder in created:  # a failed download leaves the data folder as it was
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
         raise FileNotFoundError(
             f"dataset {name!r} is not in the data folder ({beir}) and could not be downloaded "
             f"({type(exc).__name__}: {exc}).{hint} To use local data, {SET_DATA}."

@@ -119,6 +119,9 @@ def test_a_failed_download_names_the_local_datasets_and_the_setting_and_leaves_n
     with pytest.raises(FileNotFoundError, match="could not be downloaded"):
         resolve_dataset("fiqa", empty)
     assert list(empty.iterdir()) == []  # the beir/ folder made for the download is removed again
+    with pytest.raises(FileNotFoundError, match="could not be downloaded"):
+        resolve_dataset("fiqa")  # into the user cache, which did not exist
+    assert not (tmp_path / "cache").exists()
     with pytest.raises(FileNotFoundError, match="dataset folder 'no/such' does not exist"):
         resolve_dataset("no/such", data)
 
