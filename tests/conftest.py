@@ -162,3 +162,12 @@ def _st_left_unpatched():
     if symmetry_guard_installed():
         uninstall_symmetry_guard()
         pytest.fail("the test installed the symmetry guard and did not uninstall it")
+
+
+@pytest.fixture(scope="session")
+def stock_st(tiny_bert_dir, tmp_path_factory):
+    """Every saved model the "loads in stock ST" tests check, loaded in ONE fresh interpreter (see stock_st.py)."""
+    from stock_st import build_jobs, run_in_stock_st
+
+    root = tmp_path_factory.mktemp("stock_st")
+    return run_in_stock_st(build_jobs(tiny_bert_dir, root), root)

@@ -13,6 +13,34 @@ import pytest
 
 MOVED: list[tuple[str, str, str]] = [
     # (old module, name, new module)
+    ("st_magnitude.replication", "ArmComparison", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "Interval", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "combine_verdicts", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "compare_arms", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "paired_bootstrap", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "paired_bootstrap_fn", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "seed_interval", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.replication", "verdict", "st_magnitude.evaluation.stats"),
+    ("st_magnitude.revela_data", "GROUPINGS", "st_magnitude.data.revela"),
+    ("st_magnitude.revela_data", "RevelaDataCollator", "st_magnitude.data.revela"),
+    ("st_magnitude.revela_data", "RevelaGroupBatchSampler", "st_magnitude.data.revela"),
+    ("st_magnitude.revela_data", "build_revela_dataset", "st_magnitude.data.revela"),
+    ("st_magnitude.revela_data", "chunk_text", "st_magnitude.data.revela"),
+    ("st_magnitude.revela_data", "first_half", "st_magnitude.data.revela"),
+    ("st_magnitude.revela_data", "randomize_groups", "st_magnitude.data.revela"),
+    ("st_magnitude.revela_data", "split_sentences", "st_magnitude.data.revela"),
+    ("st_magnitude.revela_data", "bm25_scores", "st_magnitude.data.bm25"),
+    ("st_magnitude.scaling.bm25", "BM25Scorer", "st_magnitude.data.bm25"),
+    ("st_magnitude.scaling.bm25", "tokenize", "st_magnitude.data.bm25"),
+    ("st_magnitude.losses.revela_attention", "REVELA_ATTENTION", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.losses.revela_attention", "STATE_KWARG", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.losses.revela_attention", "SUPPORTED_MODEL_TYPES", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.losses.revela_attention", "RevelaAttentionState", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.losses.revela_attention", "active_pairs", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.losses.revela_attention", "enable_revela_attention", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.losses.revela_attention", "in_batch_term", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.losses.revela_attention", "register_revela_attention", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.losses.revela_attention", "revela_attention_forward", "st_magnitude.modules.revela_attention"),
 ]
 
 

@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["CompareConfig", "PROFILES", "LOSSES", "run_compare"]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-DEFAULT_VARIANTS = ("cosine", "dot", "qnorm", "dnorm", "learnable")
+DEFAULT_VARIANTS = similarity_names(carriable=True)  # every similarity a model can carry
 LOSSES = ("infonce", "mw", "l2dir")
 #: Key of the per-query nDCG@10 (``{query id: score}``) in each dataset's metrics in ``metrics.json``.
 PER_QUERY_KEY = "per_query_ndcg@10"

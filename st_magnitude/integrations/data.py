@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from st_magnitude.data.text import doc_text  # re-exported: the one title + text join
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -70,15 +72,6 @@ class BEIRData:
             + (f", note={self.note!r}" if self.note else "")
             + ")"
         )
-
-
-def doc_text(doc: dict[str, str] | str, sep: str = " ") -> str:
-    """Document text as mteb builds it: ``(title + sep + text).strip()`` (a bare string is returned as is)."""
-    if isinstance(doc, str):
-        return doc
-    title = doc.get("title") or ""
-    text = doc.get("text") or ""
-    return (title + sep + text).strip() if title else text.strip()
 
 
 def _available_splits(folder: Path) -> list[str]:

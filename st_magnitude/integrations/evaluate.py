@@ -17,7 +17,7 @@ from st_magnitude.evaluation.ir import (
 )
 from st_magnitude.integrations.data import BEIRData, load_beir, subsample
 from st_magnitude.integrations.models import describe_similarity, load_model, raw_model, require_roles
-from st_magnitude.similarity import Similarity, get_similarity
+from st_magnitude.similarity import PowerNormSimilarity, Similarity, get_similarity
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +34,7 @@ def _rescoring_similarity(similarity: str | Similarity) -> Similarity:
 
     rescore = similarity_names(fixed_gammas=True)
     sim = get_similarity(similarity)
-    try:
-        ok = sim.name in rescore if isinstance(similarity, str) else sim.gamma_query >= 0
-    except ValueError:  # e.g. tn: no γ
-        ok = False
+    ok = sim.name in rescore if isinstance(similarity, str) else isinstance(sim, PowerNormSimilarity)
     if not ok:
         raise ValueError(
             f"similarity {sim.name!r} cannot rescore raw embeddings (it is not a fixed per-role rescaling); "

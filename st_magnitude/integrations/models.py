@@ -27,6 +27,7 @@ from typing import Any
 
 from st_magnitude.convert import apply_similarity, carried_similarity, is_asymmetric, model_gammas
 from st_magnitude.integrations.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
+from st_magnitude.similarity import name_of_gammas
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ def require_roles(model, what: str = "this evaluation") -> None:
     """Raise a clear ``ValueError`` when ``model`` has no query/document roles."""
     if not has_roles(model):
         gammas = model_gammas(model)
-        kind = {(1.0, 1.0): "cosine", (0.0, 0.0): "dot"}.get(gammas, "a symmetric similarity")
+        kind = (gammas and name_of_gammas(*gammas)) or "a symmetric similarity"
         raise ValueError(
             f"{what} needs a model with query/document roles, but this model encodes queries and documents the "
             f"same way (it serves {kind}). Convert it first, e.g. st_magnitude.apply_similarity(model, 'qnorm') "
@@ -276,7 +277,7 @@ def describe_similarity(model) -> str:
     if carried is not None:
         return f"{carried.name} carried by the model (γq={carried.gamma_query:g}, γd={carried.gamma_document:g})"
     gammas = model_gammas(model)
-    name = {(1.0, 1.0): "cosine", (0.0, 0.0): "dot"}.get(gammas, "unrecognised structure")
+    name = (gammas and name_of_gammas(*gammas)) or "unrecognised structure"
     return f"{name} (model.similarity_fn_name={getattr(model, 'similarity_fn_name', None)!r})"
 
 
