@@ -1,8 +1,9 @@
 """Offline test kit: tiny random models built in code, real-data locations, and shared fixtures.
 
 Nothing here touches the network: ``HF_HUB_OFFLINE=1`` is set before any model is built so a stray hub id fails
-at once. Real-model / real-data tests are marked ``slow`` and skip with a reason when the model wheel or
-``../shared/data`` is missing.
+at once. Real-model / real-data tests are marked ``slow`` and skip with a reason when the model wheel or the
+data folder is missing; the data folder is passed in with ``$ST_MAGNITUDE_DATA`` (``.ci/run`` sets it; default here
+``../shared/data`` next to the checkout), and tests hand it to the package explicitly.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ __all__ = [
     "BEIRData",
     "doc_text",
     "load_beir",
+    "positive_pairs",
     "read_corpus",
     "read_qrels",
     "read_queries",
@@ -328,3 +329,13 @@ def subsample(
         note=note,
         meta={"full_corpus": len(data.corpus), "full_queries": len(data.queries)},
     )
+
+
+def positive_pairs(data: BEIRData) -> list[tuple[str, str]]:
+    """Every judged-relevant (query text, document text) pair (grade > 0), queries and documents in id order."""
+    return [
+        (data.queries[q], doc_text(data.corpus[d]))
+        for q in sorted(data.qrels)
+        for d, g in sorted(data.qrels[q].items())
+        if g > 0
+    ]

@@ -66,9 +66,19 @@ def _is_offline() -> bool:
 def _offline_message(task: str) -> str:
     return (
         f"mteb task {task!r} is downloaded from the Hugging Face Hub at run time, which cannot be reached here "
-        "(offline: HF_HUB_OFFLINE=1 or no network). Pass a local BEIR folder instead (e.g. -t ../shared/data/beir/"
-        "scifact), or run with a network."
+        "(offline: HF_HUB_OFFLINE=1 or no network). Pass a local BEIR folder instead (e.g. -t "
+        f"{_local_example()}), or run with a network."
     )
+
+
+def _local_example() -> str:
+    """A BEIR folder path in the user's data folder (``$ST_MAGNITUDE_DATA/beir/scifact``), for messages."""
+    from st_magnitude.integrations.data_home import DATA_ENV, resolve_data_dir
+
+    try:
+        return str(resolve_data_dir() / "beir" / "scifact")
+    except FileNotFoundError:  # $ST_MAGNITUDE_DATA names a missing folder: show the setting instead
+        return f"${DATA_ENV}/beir/scifact"
 
 
 # ----------------------------------------------------------------------------------------------------------------
