@@ -1,4 +1,4 @@
-"""One retrieval fine-tune + evaluation, shared by the retrieval claims (000 headline, 000 App. F, 001, 002)."""
+"""One retrieval fine-tune + evaluation, shared by the retrieval claims (000 headline, 000 App. F, 001, 002, 003)."""
 
 from __future__ import annotations
 

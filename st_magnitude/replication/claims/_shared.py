@@ -23,24 +23,26 @@ __all__ = [
 
 def retrieval_profile(
     model: str,
-    budget: dict[str, int],
+    budget: dict[str, Any],
     *,
     learning_rate: float,
+    training: dict[str, Any] | None = None,
     batch_size: int = 64,
     max_seq_length: int = 256,
     eval_queries: int | None = None,
     eval_corpus: int | None = None,
     **rest: Any,
 ) -> dict[str, Any]:
-    """The settings of a retrieval fine-tune, in this order: ``model``, the training ``budget`` (``{"steps": n}`` or
-    several named step counts), batch size, learning rate, max_seq_length, the evaluation subsample (``None``: the
-    full test split), then the claim's own ``rest``. The defaults are the gpu profiles' (batch 64, 256 tokens, full
-    test splits)."""
+    """The settings of a retrieval fine-tune, in this order: ``model``, the ``budget`` (``{"steps": n}``, several
+    named step counts, or a sweep and its steps), batch size, learning rate, the claim's other ``training`` settings,
+    max_seq_length, the evaluation subsample (``None``: the full test split), then the claim's own ``rest``. The
+    defaults are the gpu profiles' (batch 64, 256 tokens, full test splits)."""
     return dict(
         model=model,
         **budget,
         batch_size=batch_size,
         learning_rate=learning_rate,
+        **(training or {}),
         max_seq_length=max_seq_length,
         eval_queries=eval_queries,
         eval_corpus=eval_corpus,

@@ -102,9 +102,7 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     return out
 
 
-_COMMON = dict(
-    scale=50.0, n_negatives=256, train_data="nfcorpus", fit_bootstrap=200, min_r2=0.9, max_holdout_error=0.1
-)
+_COMMON = dict(n_negatives=256, train_data="nfcorpus", fit_bootstrap=200, min_r2=0.9, max_holdout_error=0.1)
 
 CLAIM = Claim(
     id="003",
@@ -125,20 +123,20 @@ CLAIM = Claim(
             "bert-tiny",
             {"dims": [8, 16, 32, 64, 128], "steps": 30},
             learning_rate=1e-4,
+            training={"projection_lr": 1e-3, "scale": 50.0},
             batch_size=16,
             max_seq_length=96,
             eval_queries=150,
             eval_corpus=800,
-            projection_lr=1e-3,
             **_COMMON,
         ),
         "gpu": retrieval_profile(
             "minilm",
             {"dims": [24, 48, 96, 192, 384, 768, 1536], "steps": 200},
             learning_rate=2e-5,
+            training={"projection_lr": 5e-4, "scale": 50.0},
             batch_size=32,
             max_seq_length=128,
-            projection_lr=5e-4,
             **_COMMON,
         ),
     },
