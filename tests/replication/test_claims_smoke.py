@@ -174,3 +174,22 @@ def test_committed_summaries_name_no_machine_folder():
     for path in sorted((REPO / "docs" / "replication" / "results").glob("*.json")):
         text = path.read_text()
         assert "--out" not in text and '"/' not in text, path.name
+
+
+def test_committed_results_were_run_with_the_current_cpu_profiles():
+    """Every setting a committed (untagged) result records is the claim's current value, in the same order: a change
+    to a profile that produced a committed result must come with a re-run (settings added since a run may be absent
+    from its result)."""
+    results = REPO / "docs" / "replication" / "results"
+    checked = 0
+    for f in sorted(results.glob("*.json")):
+        rec = json.loads(f.read_text(encoding="utf-8"))
+        if f.name == "not_run.json" or rec.get("tag"):
+            continue
+        profile = get_claim(rec["claim"]).settings(rec["profile"])
+        recorded = rec["settings"]
+        assert {k: profile.get(k, "<missing>") for k in recorded} == recorded, f.name
+        assert [k for k in profile if k in recorded] == list(recorded), f"{f.name}: settings order changed"
+        checked += 1
+    if not checked:
+        pytest.skip("no committed results")

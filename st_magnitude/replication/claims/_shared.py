@@ -10,6 +10,7 @@ from st_magnitude.evaluation import stats
 from st_magnitude.replication.common import Context, auc_stat, beir_folder, load_eval_set, pooled_auc_statistic
 
 __all__ = [
+    "CPU_COMPARISON_EVAL",
     "CPU_RETRIEVAL",
     "CPU_RETRIEVAL_TRAIN",
     "arm_summary",
@@ -58,6 +59,8 @@ CPU_RETRIEVAL = retrieval_profile(
 
 #: How :data:`CPU_RETRIEVAL` trains, for the claims' lists of differences from the paper.
 CPU_RETRIEVAL_TRAIN = "train: NFCorpus train, 40 steps × batch 16 (640 pairs), lr 1e-4, max_seq_length 96"
+#: How :func:`bert_tiny_profiles` evaluates on cpu, for the same lists.
+CPU_COMPARISON_EVAL = "eval sets subsampled to 150 queries / 800 docs; NFCorpus test only (SciFact in the gpu profile)"
 
 
 def bert_tiny_profiles(gpu_learning_rate: float, **common: Any) -> dict[str, dict[str, Any]]:

@@ -15,6 +15,7 @@ from st_magnitude.losses import MWLoss, PartialNormInfoNCELoss
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import fine_tune_and_eval
 from st_magnitude.replication.claims._shared import (
+    CPU_COMPARISON_EVAL,
     CPU_RETRIEVAL_TRAIN,
     arm_summary,
     bert_tiny_profiles,
@@ -93,8 +94,7 @@ CLAIM = Claim(
             f"base: {describe_model('bert-tiny')} (paper: MiniLM / XLM-R from foundation checkpoints)",
             f"{CPU_RETRIEVAL_TRAIN}, in-batch negatives only (paper: NQ/NLI/SQuAD/MS MARCO, 5 hard negatives, "
             "batch 64, up to 20 epochs)",
-            "pooled AUC with the top 100 non-positives per query (paper: 500); eval sets subsampled to "
-            "150 queries / 800 docs; NFCorpus test only (SciFact in the gpu profile)",
+            f"pooled AUC with the top 100 non-positives per query (paper: 500); {CPU_COMPARISON_EVAL}",
         ],
         "gpu": [
             "base: bert-tiny by default; pass --model <folder> (e.g. a MiniLM-L12 foundation checkpoint)",

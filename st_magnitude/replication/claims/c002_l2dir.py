@@ -14,6 +14,7 @@ from st_magnitude.losses import InfoTNCollapseWarning, L2DirLoss
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import evaluate_all, fine_tune_and_eval
 from st_magnitude.replication.claims._shared import (
+    CPU_COMPARISON_EVAL,
     CPU_RETRIEVAL_TRAIN,
     arm_summary,
     bert_tiny_profiles,
@@ -96,8 +97,7 @@ CLAIM = Claim(
         "cpu": [
             f"text-only retrieval with {describe_model('bert-tiny')} (paper: multimodal VLM2Vec-V2 / UniIR / CLIP)",
             f"{CPU_RETRIEVAL_TRAIN}; NAP = Linear(d, d) on the pooled embedding",
-            "metric judged: nDCG@10 on NFCorpus test (Recall@1 reported); eval sets subsampled to 150 queries / "
-            "800 docs; NFCorpus test only (SciFact in the gpu profile)",
+            f"metric judged: nDCG@10 on NFCorpus test (Recall@1 reported); {CPU_COMPARISON_EVAL}",
         ],
         "gpu": [
             "text-only retrieval, base bert-tiny by default (pass --model <folder>)",
