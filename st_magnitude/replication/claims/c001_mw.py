@@ -86,9 +86,7 @@ CLAIM = Claim(
         "above 0 AND nDCG@10(MW) − nDCG@10(InfoNCE) > −0.02 with the whole CI above −0.02; contradicts if either "
         "CI lies wholly on the wrong side; else inconclusive. SciFact (zero-shot) is reported when evaluated."
     ),
-    profiles=bert_tiny_profiles(
-        3e-5, train_data="nfcorpus", temperature=0.01, auc_negatives=100, ndcg_margin=0.02, n_boot=500
-    ),
+    profiles=bert_tiny_profiles(3e-5, temperature=0.01, auc_negatives=100, ndcg_margin=0.02, n_boot=500),
     differences={
         "cpu": [
             f"base: {describe_model('bert-tiny')} (paper: MiniLM / XLM-R from foundation checkpoints)",

@@ -90,9 +90,7 @@ CLAIM = Claim(
         "L2Dir − InfoNCE-only > −0.01 with the whole CI above −0.01; contradicts if either CI lies wholly on the "
         "wrong side; else inconclusive. Recall@1, SciFact (gpu profile) and the untrained base are reported."
     ),
-    profiles=bert_tiny_profiles(
-        5e-5, train_data="nfcorpus", temperature=0.02, tn_temperature=0.01, auc_negatives=50, margin=0.01
-    ),
+    profiles=bert_tiny_profiles(5e-5, temperature=0.02, tn_temperature=0.01, auc_negatives=50, margin=0.01),
     differences={
         "cpu": [
             f"text-only retrieval with {describe_model('bert-tiny')} (paper: multimodal VLM2Vec-V2 / UniIR / CLIP)",
