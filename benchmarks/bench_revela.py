@@ -39,34 +39,25 @@ from pathlib import Path
 
 import torch
 
+from st_magnitude.replication.claims.c004_revela import TINY_LLAMA, random_llama
+
+#: LM shapes: (vocabulary size, other ``LlamaConfig`` fields); ``tiny`` is the replication smoke LM's width with
+#: 4 layers and 2 KV heads
 ARCHS = {
-    "tiny": dict(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    ),
-    "smollm2": dict(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        tie_word_embeddings=True,
-        rope_theta=100000.0,
+    "tiny": (1000, dict(TINY_LLAMA, num_hidden_layers=4, num_key_value_heads=2)),
+    # SmolLM2-135M's shape: 30 layers of width 576 (MLP 1536), 9 query and 3 key/value heads, tied embeddings
+    "smollm2": (
+        49152,
+        dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, tie_word_embeddings=True)
+        | dict(num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0),
     ),
 }
 
 
 def build_lm(arch: str, device: str, dtype: torch.dtype):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(max_position_embeddings=2048, attn_implementation="sdpa", **ARCHS[arch])
-    return LlamaForCausalLM(config).to(device=device, dtype=dtype).train()
+    vocab_size, config = ARCHS[arch]
+    lm = random_llama(vocab_size, 0, max_position_embeddings=2048, attn_implementation="sdpa", **config)
+    return lm.to(device=device, dtype=dtype).train()
 
 
 def real_embeddings(group_size: int, n_groups: int, data: Path) -> dict:

@@ -11,6 +11,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def _save(fig, path: Path, dpi: int) -> str:
+    """Lay out, write and close ``fig``; returns the path as a string."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return str(path)
+
+
 def plot_bars(rows: list[dict], out_dir: Path, metrics=("ndcg@10", "recall@100", "mrr@10", "pooled_auc")) -> list[str]:
     """One PNG per dataset: grouped bars, one group per metric, one bar per run."""
     paths = []
@@ -27,11 +35,7 @@ def plot_bars(rows: list[dict], out_dir: Path, metrics=("ndcg@10", "recall@100",
         ax.set_ylim(0, 1.12)
         ax.set_title(f"{ds}: each run scored with its own similarity")
         ax.legend(fontsize=7, ncol=min(5, len(runs)), loc="upper center", bbox_to_anchor=(0.5, -0.1))
-        fig.tight_layout()
-        path = out_dir / f"metrics_{ds}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(str(path))
+        paths.append(_save(fig, out_dir / f"metrics_{ds}.png", dpi=120))
     return paths
 
 
@@ -52,9 +56,5 @@ def plot_norms(norms: dict[str, dict[str, dict[str, list[float]]]], out_dir: Pat
             ax.set_xlabel("raw ‖d‖")
             ax.legend(fontsize=7)
         fig.suptitle(f"{ds}: raw document norms (before the role rescaling)", fontsize=10)
-        fig.tight_layout()
-        path = out_dir / f"norms_{ds}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(str(path))
+        paths.append(_save(fig, out_dir / f"norms_{ds}.png", dpi=110))
     return paths

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from toy_beir import write_toy_beir
+from toy_compare import toy_compare_config
 
 from st_magnitude.cli import main
 from st_magnitude.experiments.compare import CompareConfig, run_compare
@@ -24,24 +25,9 @@ def setup(tmp_path, tiny_model):
 
 
 def config(model_dir, data, out, **kw) -> CompareConfig:
-    base = dict(
-        model=str(model_dir),
-        variants=("qnorm", "dnorm"),
-        train_data="toy",
-        eval_data=("toy", "other"),
-        data_dir=str(data),
-        output_dir=str(out),
-        steps=2,
-        batch_size=4,
-        max_seq_length=32,
-        max_corpus=None,
-        max_queries=None,
-        kappa_pairs=8,
-        kappa_bootstrap=3,
-        learning_rate=1e-3,
-    )
-    base.update(kw)
-    return CompareConfig(**base)
+    """Two variants evaluated on both toy folders, with a small κ run."""
+    defaults = dict(variants=("qnorm", "dnorm"), eval_data=("toy", "other"), kappa_pairs=8, kappa_bootstrap=3)
+    return toy_compare_config(model_dir, data, out, **{**defaults, "learning_rate": 1e-3, **kw})
 
 
 def test_compare_writes_results_and_resumes(setup, tmp_path):

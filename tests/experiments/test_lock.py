@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from toy_beir import write_toy_beir
+from toy_compare import toy_compare_config
 
-from st_magnitude.experiments.compare import CompareConfig, run_compare
+from st_magnitude.experiments.compare import run_compare
 from st_magnitude.experiments.lock import FolderLocked, OutputLock, pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,20 +105,7 @@ def test_compare_refuses_a_busy_folder_and_takes_over_after_its_holder_was_kille
     assert json.loads((out / ".lock").read_text())["pid"] == holder.pid
 
     logs: list[str] = []
-    config = CompareConfig(
-        model=str(model_dir),
-        variants=("dot",),
-        train_data="toy",
-        eval_data=("toy",),
-        data_dir=str(data),
-        output_dir=str(out),
-        steps=2,
-        batch_size=4,
-        max_seq_length=32,
-        max_corpus=None,
-        max_queries=None,
-        kappa=False,
-    )
+    config = toy_compare_config(model_dir, data, out, kappa=False)
     run_compare(config, log=logs.append)
     assert any(f"took over a stale lock left by pid {holder.pid}" in line for line in logs)
     assert (out / "runs" / "dot-infonce" / "metrics.json").exists() and not (out / ".lock").exists()

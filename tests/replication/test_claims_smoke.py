@@ -17,81 +17,22 @@ from st_magnitude.replication.runner import redecide, run_claim
 
 REPO = Path(__file__).resolve().parents[2]
 
+#: evaluate on every toy query and document (no subsampling)
+ALL_TOY = {"eval_corpus": None, "eval_queries": None}
+#: the size of every tiny fine-tune: batch 4, 16 tokens
+SMALL = {"batch_size": 4, "max_seq_length": 16, **ALL_TOY}
+
 #: per claim: tiny settings (and which model folder to use)
 TINY = {
     "000-table5": ({"train_pairs": 16, "batch_size": 4, "max_seq_length": 16, "n_boot": 20}, "bert"),
-    "000-headline": (
-        {
-            "steps": 2,
-            "batch_size": 4,
-            "max_seq_length": 16,
-            "eval_corpus": None,
-            "eval_queries": None,
-            "kappa_pairs": 12,
-            "kappa_bootstrap": 5,
-            "auc_negatives": 5,
-        },
-        "bert",
-    ),
-    "000-appf": (
-        {
-            "little_steps": 1,
-            "more_steps": 2,
-            "batch_size": 4,
-            "max_seq_length": 16,
-            "eval_corpus": None,
-            "eval_queries": None,
-        },
-        "st_normalize",
-    ),
-    "001": (
-        {
-            "steps": 2,
-            "batch_size": 4,
-            "max_seq_length": 16,
-            "eval_corpus": None,
-            "eval_queries": None,
-            "auc_negatives": 5,
-            "n_boot": 20,
-        },
-        "bert",
-    ),
-    "002": (
-        {
-            "steps": 2,
-            "batch_size": 4,
-            "max_seq_length": 16,
-            "eval_corpus": None,
-            "eval_queries": None,
-            "auc_negatives": 5,
-        },
-        "bert",
-    ),
-    "003": (
-        {
-            "dims": [2, 4, 8, 16],
-            "steps": 1,
-            "batch_size": 4,
-            "max_seq_length": 16,
-            "eval_corpus": None,
-            "eval_queries": None,
-            "n_negatives": 8,
-            "fit_bootstrap": 0,
-        },
-        "bert",
-    ),
+    "000-headline": ({"steps": 2, **SMALL, "kappa_pairs": 12, "kappa_bootstrap": 5, "auc_negatives": 5}, "bert"),
+    "000-appf": ({"little_steps": 1, "more_steps": 2, **SMALL}, "st_normalize"),
+    "001": ({"steps": 2, **SMALL, "auc_negatives": 5, "n_boot": 20}, "bert"),
+    "002": ({"steps": 2, **SMALL, "auc_negatives": 5}, "bert"),
+    "003": ({"dims": [2, 4, 8, 16], "steps": 1, **SMALL, "n_negatives": 8, "fit_bootstrap": 0}, "bert"),
     "004": (
-        {
-            "steps": 2,
-            "group_size": 4,
-            "groups": 2,
-            "max_docs": 0,
-            "max_seq_length": 16,
-            "lm_max_length": 16,
-            "diag_every": 1,
-            "eval_corpus": None,
-            "eval_queries": None,
-        },
+        {"steps": 2, "group_size": 4, "groups": 2, "max_docs": 0, "diag_every": 1, **ALL_TOY}
+        | {"max_seq_length": 16, "lm_max_length": 16},
         "bert",
     ),
 }
@@ -233,3 +174,22 @@ def test_committed_summaries_name_no_machine_folder():
     for path in sorted((REPO / "docs" / "replication" / "results").glob("*.json")):
         text = path.read_text()
         assert "--out" not in text and '"/' not in text, path.name
+
+
+def test_committed_results_were_run_with_the_current_cpu_profiles():
+    """Every setting a committed (untagged) result records is the claim's current value, in the same order: a change
+    to a profile that produced a committed result must come with a re-run (settings added since a run may be absent
+    from its result)."""
+    results = REPO / "docs" / "replication" / "results"
+    checked = 0
+    for f in sorted(results.glob("*.json")):
+        rec = json.loads(f.read_text(encoding="utf-8"))
+        if f.name == "not_run.json" or rec.get("tag"):
+            continue
+        profile = get_claim(rec["claim"]).settings(rec["profile"])
+        recorded = rec["settings"]
+        assert {k: profile.get(k, "<missing>") for k in recorded} == recorded, f.name
+        assert [k for k in profile if k in recorded] == list(recorded), f"{f.name}: settings order changed"
+        checked += 1
+    if not checked:
+        pytest.skip("no committed results")

@@ -1,15 +1,28 @@
-"""One retrieval fine-tune + evaluation, shared by the retrieval claims (000 headline, 000 App. F, 001, 002)."""
+"""One retrieval fine-tune + evaluation, shared by the retrieval claims (000 headline, 000 App. F, 001, 002, 003)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from st_magnitude import apply_similarity
+from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.replication.common import Context, base_model, evaluate_retrieval, set_seed, train
 
-__all__ = ["fine_tune_and_eval", "evaluate_all"]
+__all__ = ["converted_infonce", "evaluate_all", "fine_tune", "fine_tune_and_eval"]
 
 ROUTER = {"anchor": "query", "positive": "document"}
+
+
+def converted_infonce(variant: str, scale: float) -> Callable[[Any], tuple[Any, dict[str, Any]]]:
+    """A ``prepare`` for :func:`fine_tune`: convert the model with :func:`st_magnitude.apply_similarity` and train it
+    with :class:`~st_magnitude.losses.PartialNormInfoNCELoss` at ``scale``, anchors routed as queries."""
+
+    def prepare(model):
+        apply_similarity(model, variant, warn_on_strip=False)
+        return PartialNormInfoNCELoss(model, similarity=None, scale=scale), {"router_mapping": ROUTER}
+
+    return prepare
 
 
 def evaluate_all(model, sets, *, similarity: str | None = None, dual: bool = False, auc_negatives: int = 100) -> dict:
@@ -17,6 +30,36 @@ def evaluate_all(model, sets, *, similarity: str | None = None, dual: bool = Fal
         es.name: evaluate_retrieval(model, es, similarity=similarity, dual=dual, auc_negatives=auc_negatives)
         for es in sets
     }
+
+
+def fine_tune(
+    ctx: Context,
+    *,
+    prepare: Callable[[Any], tuple[Any, dict[str, Any]]],
+    pairs: dict[str, list[str]],
+    steps: int | None = None,
+    callbacks_for: Callable[[Any], list] | None = None,
+) -> tuple[Any, Any, dict[str, float]]:
+    """Seed, load the base, ``prepare(model) -> (loss, extra training kwargs)``, train ``steps`` (default: the
+    profile's ``steps``) on the first ``steps × batch_size`` pairs; returns ``(model, loss, training info)``."""
+    s = ctx.settings
+    set_seed(ctx.seed)
+    model = base_model(ctx.model or s["model"], device=ctx.device, max_seq_length=s["max_seq_length"])
+    loss, kwargs = prepare(model)
+    steps = s["steps"] if steps is None else steps
+    n = steps * s["batch_size"]
+    info = train(
+        model,
+        loss,
+        {"anchor": pairs["anchor"][:n], "positive": pairs["positive"][:n]},
+        ctx=ctx,
+        steps=steps,
+        batch_size=s["batch_size"],
+        learning_rate=s["learning_rate"],
+        callbacks=callbacks_for(loss) if callbacks_for else None,
+        **kwargs,
+    )
+    return model, loss, info
 
 
 def fine_tune_and_eval(
@@ -30,25 +73,11 @@ def fine_tune_and_eval(
     steps: int | None = None,
     callbacks_for: Callable[[Any], list] | None = None,
 ) -> dict[str, Any]:
-    """Load the base, ``prepare(model) -> (loss, extra training kwargs)``, train, evaluate on every set."""
-    s = ctx.settings
-    set_seed(ctx.seed)
-    model = base_model(ctx.model or s["model"], device=ctx.device, max_seq_length=s["max_seq_length"])
-    loss, kwargs = prepare(model)
-    steps = steps or s["steps"]
-    n = steps * s["batch_size"]
-    info = train(
-        model,
-        loss,
-        {"anchor": pairs["anchor"][:n], "positive": pairs["positive"][:n]},
-        ctx=ctx,
-        steps=steps,
-        batch_size=s["batch_size"],
-        learning_rate=s["learning_rate"],
-        callbacks=callbacks_for(loss) if callbacks_for else None,
-        **kwargs,
+    """:func:`fine_tune`, then evaluate on every set (the training info joins each set's metrics)."""
+    model, _, info = fine_tune(ctx, prepare=prepare, pairs=pairs, steps=steps, callbacks_for=callbacks_for)
+    out = evaluate_all(
+        model, sets, similarity=similarity, dual=dual, auc_negatives=ctx.settings.get("auc_negatives", 100)
     )
-    out = evaluate_all(model, sets, similarity=similarity, dual=dual, auc_negatives=s.get("auc_negatives", 100))
     for ds in out.values():
         ds["metrics"].update(info)
     return out

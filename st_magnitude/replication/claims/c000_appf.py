@@ -19,13 +19,12 @@ import warnings
 
 import torch
 
-from st_magnitude import apply_similarity, model_similarity
+from st_magnitude import model_similarity
 from st_magnitude.evaluation import DualSimilarityEvaluator, MagnitudeCollapseDetected, encode_roles, stats
 from st_magnitude.integrations import raw_model
-from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.replication.claim import Claim
-from st_magnitude.replication.claims._retrieval import ROUTER
-from st_magnitude.replication.claims._shared import arm_summary, compare_metric, eval_sets
+from st_magnitude.replication.claims._retrieval import converted_infonce, fine_tune
+from st_magnitude.replication.claims._shared import arm_summary, compare_metric, eval_sets, retrieval_profile
 from st_magnitude.replication.common import (
     Context,
     base_model,
@@ -33,8 +32,6 @@ from st_magnitude.replication.common import (
     describe_model,
     evaluate_retrieval,
     retrieval_pairs,
-    set_seed,
-    train,
 )
 
 DATASET = "scifact"
@@ -73,33 +70,21 @@ def run_seed(ctx: Context) -> dict:
     name = ctx.model or s["model"]
     base = base_model(name, device=ctx.device, max_seq_length=s["max_seq_length"])
     pairs = retrieval_pairs(beir_folder(ctx, s["train_data"]), s["more_steps"] * s["batch_size"], ctx.seed)
-    evaluator_kw = dict(gap_threshold=s["gap_threshold"], drop_tol=s["drop_tol"], batch_size=64)
-    base_ev = DualSimilarityEvaluator(
-        dict(zip(es.query_ids, es.queries)), dict(zip(es.doc_ids, es.docs)), es.qrels, **evaluator_kw
-    )
+
+    def dual_evaluator() -> DualSimilarityEvaluator:
+        queries, docs = dict(zip(es.query_ids, es.queries)), dict(zip(es.doc_ids, es.docs))
+        return DualSimilarityEvaluator(
+            queries, docs, es.qrels, gap_threshold=s["gap_threshold"], drop_tol=s["drop_tol"], batch_size=64
+        )
+
+    base_ev = dual_evaluator()
     arms = {"base": {DATASET: _dual_eval(base, es, base_ev)}}
     base_state = base_ev.history[-1]
     del base
     for arm, (variant, budget) in ARMS.items():
-        set_seed(ctx.seed)
-        model = base_model(name, device=ctx.device, max_seq_length=s["max_seq_length"])
-        apply_similarity(model, variant, warn_on_strip=False)
-        loss = PartialNormInfoNCELoss(model, similarity=None, scale=s["scale"])
         steps = s[budget]
-        n = steps * s["batch_size"]
-        info = train(
-            model,
-            loss,
-            {"anchor": pairs["anchor"][:n], "positive": pairs["positive"][:n]},
-            ctx=ctx,
-            steps=steps,
-            batch_size=s["batch_size"],
-            learning_rate=s["learning_rate"],
-            router_mapping=ROUTER,
-        )
-        ev = DualSimilarityEvaluator(
-            dict(zip(es.query_ids, es.queries)), dict(zip(es.doc_ids, es.docs)), es.qrels, **evaluator_kw
-        )
+        model, loss, info = fine_tune(ctx, prepare=converted_infonce(variant, s["scale"]), pairs=pairs, steps=steps)
+        ev = dual_evaluator()
         ev.history.append(dict(base_state))  # the evaluator saw the base model first, as during training
         arms[arm] = {DATASET: _dual_eval(model, es, ev)}
         arms[arm][DATASET]["metrics"].update(info, steps=steps)
@@ -173,28 +158,17 @@ CLAIM = Claim(
         "contradicts; else inconclusive"
     ),
     profiles={
-        "cpu": dict(
-            model="minilm",
-            little_steps=10,
-            more_steps=40,
-            batch_size=16,
+        "cpu": retrieval_profile(
+            "minilm",
+            {"little_steps": 10, "more_steps": 40},
             learning_rate=1e-4,
+            batch_size=16,
             max_seq_length=64,
             eval_queries=80,
             eval_corpus=400,
             **_COMMON,
         ),
-        "gpu": dict(
-            model="minilm",
-            little_steps=300,
-            more_steps=3000,
-            batch_size=64,
-            learning_rate=5e-6,
-            max_seq_length=256,
-            eval_queries=None,
-            eval_corpus=None,
-            **_COMMON,
-        ),
+        "gpu": retrieval_profile("minilm", {"little_steps": 300, "more_steps": 3000}, learning_rate=5e-6, **_COMMON),
     },
     differences={
         "cpu": [

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from st_magnitude import apply_similarity
 from st_magnitude.evaluation import stats
-from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.replication.claim import Claim
-from st_magnitude.replication.claims._retrieval import ROUTER, evaluate_all, fine_tune_and_eval
-from st_magnitude.replication.claims._shared import CPU_RETRIEVAL, arm_summary, compare_metric, eval_sets
+from st_magnitude.replication.claims._retrieval import converted_infonce, evaluate_all, fine_tune_and_eval
+from st_magnitude.replication.claims._shared import (
+    CPU_RETRIEVAL,
+    CPU_RETRIEVAL_TRAIN,
+    arm_summary,
+    compare_metric,
+    eval_sets,
+    retrieval_profile,
+)
 from st_magnitude.replication.common import Context, base_model, beir_folder, describe_model, retrieval_pairs
 
 VARIANTS = ("cosine", "dot", "qnorm", "dnorm")
@@ -46,12 +51,7 @@ def run_seed(ctx: Context) -> dict:
     del base
     pairs = retrieval_pairs(train_folder, s["steps"] * s["batch_size"], ctx.seed)
     for variant in VARIANTS:
-
-        def prepare(model, variant=variant):
-            apply_similarity(model, variant, warn_on_strip=False)
-            return PartialNormInfoNCELoss(model, similarity=None, scale=s["scale"]), {"router_mapping": ROUTER}
-
-        arms[variant] = fine_tune_and_eval(ctx, prepare=prepare, pairs=pairs, sets=sets)
+        arms[variant] = fine_tune_and_eval(ctx, prepare=converted_infonce(variant, s["scale"]), pairs=pairs, sets=sets)
     return {"arms": arms, "kappa": kappa}
 
 
@@ -105,27 +105,14 @@ CLAIM = Claim(
         "else inconclusive. NFCorpus (in domain), dot and the untrained base are reported."
     ),
     profiles={
-        "cpu": dict(
-            **CPU_RETRIEVAL,
-            **_COMMON,
-        ),
-        "gpu": dict(
-            model="HuggingFaceTB/SmolLM2-135M",
-            steps=1000,
-            batch_size=64,
-            learning_rate=5e-6,
-            max_seq_length=256,
-            eval_queries=None,
-            eval_corpus=None,
-            **_COMMON,
-        ),
+        "cpu": dict(**CPU_RETRIEVAL, **_COMMON),
+        "gpu": retrieval_profile("HuggingFaceTB/SmolLM2-135M", {"steps": 1000}, learning_rate=5e-6, **_COMMON),
     },
     differences={
         "cpu": [
             f"base: {describe_model('bert-tiny')} — a small non-cosine encoder that installs offline (no Contriever, "
             "RetroMAE or Qwen3-Base here)",
-            "train: NFCorpus train, 40 steps × batch 16 (640 pairs), lr 1e-4, max_seq_length 96 (paper: MS MARCO "
-            "~82K, lr 2e-6/5e-6, batch 128, cosine decay)",
+            f"{CPU_RETRIEVAL_TRAIN} (paper: MS MARCO ~82K, lr 2e-6/5e-6, batch 128, cosine decay)",
             "out of domain = SciFact (paper: BRIGHT and BEIR); eval corpora subsampled NanoBEIR-style (seed 0) to "
             "150 queries and 800 documents (their judged documents kept)",
             "κ on 8n = 1024 base-model pairs from NFCorpus train (the rule's minimum for n = 128), 100 half-sample "

@@ -14,7 +14,15 @@ from st_magnitude.evaluation import stats
 from st_magnitude.losses import MWLoss, PartialNormInfoNCELoss
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import fine_tune_and_eval
-from st_magnitude.replication.claims._shared import CPU_RETRIEVAL, arm_summary, compare_auc, compare_metric, eval_sets
+from st_magnitude.replication.claims._shared import (
+    CPU_COMPARISON_EVAL,
+    CPU_RETRIEVAL_TRAIN,
+    arm_summary,
+    bert_tiny_profiles,
+    compare_auc,
+    compare_metric,
+    eval_sets,
+)
 from st_magnitude.replication.common import Context, beir_folder, describe_model, retrieval_pairs
 
 IN_DOMAIN = "nfcorpus"
@@ -64,8 +72,6 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     return out
 
 
-_COMMON = dict(train_data="nfcorpus", temperature=0.01, auc_negatives=100, ndcg_margin=0.02, n_boot=500)
-
 CLAIM = Claim(
     id="001",
     paper="001",
@@ -80,32 +86,13 @@ CLAIM = Claim(
         "above 0 AND nDCG@10(MW) − nDCG@10(InfoNCE) > −0.02 with the whole CI above −0.02; contradicts if either "
         "CI lies wholly on the wrong side; else inconclusive. SciFact (zero-shot) is reported when evaluated."
     ),
-    profiles={
-        "cpu": dict(
-            **CPU_RETRIEVAL,
-            eval_data=["nfcorpus"],
-            **_COMMON,
-        ),
-        "gpu": dict(
-            model="bert-tiny",
-            steps=2000,
-            batch_size=64,
-            learning_rate=3e-5,
-            max_seq_length=256,
-            eval_queries=None,
-            eval_corpus=None,
-            eval_data=["nfcorpus", "scifact"],
-            **_COMMON,
-        ),
-    },
+    profiles=bert_tiny_profiles(3e-5, temperature=0.01, auc_negatives=100, ndcg_margin=0.02, n_boot=500),
     differences={
         "cpu": [
             f"base: {describe_model('bert-tiny')} (paper: MiniLM / XLM-R from foundation checkpoints)",
-            "train: NFCorpus train, 40 steps × batch 16 (640 pairs), lr 1e-4, max_seq_length 96, in-batch negatives "
-            "only (paper: NQ/NLI/SQuAD/MS MARCO, "
-            "5 hard negatives, batch 64, up to 20 epochs)",
-            "pooled AUC with the top 100 non-positives per query (paper: 500); eval sets subsampled to "
-            "150 queries / 800 docs; NFCorpus test only (SciFact in the gpu profile)",
+            f"{CPU_RETRIEVAL_TRAIN}, in-batch negatives only (paper: NQ/NLI/SQuAD/MS MARCO, 5 hard negatives, "
+            "batch 64, up to 20 epochs)",
+            f"pooled AUC with the top 100 non-positives per query (paper: 500); {CPU_COMPARISON_EVAL}",
         ],
         "gpu": [
             "base: bert-tiny by default; pass --model <folder> (e.g. a MiniLM-L12 foundation checkpoint)",

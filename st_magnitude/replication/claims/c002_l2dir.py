@@ -13,7 +13,14 @@ from st_magnitude.evaluation import stats
 from st_magnitude.losses import InfoTNCollapseWarning, L2DirLoss
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import evaluate_all, fine_tune_and_eval
-from st_magnitude.replication.claims._shared import CPU_RETRIEVAL, arm_summary, compare_metric, eval_sets
+from st_magnitude.replication.claims._shared import (
+    CPU_COMPARISON_EVAL,
+    CPU_RETRIEVAL_TRAIN,
+    arm_summary,
+    bert_tiny_profiles,
+    compare_metric,
+    eval_sets,
+)
 from st_magnitude.replication.common import Context, base_model, beir_folder, describe_model, retrieval_pairs
 
 IN_DOMAIN = "nfcorpus"
@@ -69,8 +76,6 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     return out
 
 
-_COMMON = dict(train_data="nfcorpus", temperature=0.02, tn_temperature=0.01, auc_negatives=50, margin=0.01)
-
 CLAIM = Claim(
     id="002",
     paper="002",
@@ -85,31 +90,12 @@ CLAIM = Claim(
         "L2Dir − InfoNCE-only > −0.01 with the whole CI above −0.01; contradicts if either CI lies wholly on the "
         "wrong side; else inconclusive. Recall@1, SciFact (gpu profile) and the untrained base are reported."
     ),
-    profiles={
-        "cpu": dict(
-            **CPU_RETRIEVAL,
-            eval_data=["nfcorpus"],
-            **_COMMON,
-        ),
-        "gpu": dict(
-            model="bert-tiny",
-            steps=2000,
-            batch_size=64,
-            learning_rate=5e-5,
-            max_seq_length=256,
-            eval_queries=None,
-            eval_corpus=None,
-            eval_data=["nfcorpus", "scifact"],
-            **_COMMON,
-        ),
-    },
+    profiles=bert_tiny_profiles(5e-5, temperature=0.02, tn_temperature=0.01, auc_negatives=50, margin=0.01),
     differences={
         "cpu": [
             f"text-only retrieval with {describe_model('bert-tiny')} (paper: multimodal VLM2Vec-V2 / UniIR / CLIP)",
-            "train: NFCorpus train, 40 steps × batch 16 (640 pairs), lr 1e-4, max_seq_length 96; NAP = Linear(d, d) "
-            "on the pooled embedding",
-            "metric judged: nDCG@10 on NFCorpus test (Recall@1 reported); eval sets subsampled to 150 queries / "
-            "800 docs; NFCorpus test only (SciFact in the gpu profile)",
+            f"{CPU_RETRIEVAL_TRAIN}; NAP = Linear(d, d) on the pooled embedding",
+            f"metric judged: nDCG@10 on NFCorpus test (Recall@1 reported); {CPU_COMPARISON_EVAL}",
         ],
         "gpu": [
             "text-only retrieval, base bert-tiny by default (pass --model <folder>)",

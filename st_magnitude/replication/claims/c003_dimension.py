@@ -18,16 +18,9 @@ from st_magnitude.evaluation import contrastive_entropy, encode_roles, sample_ne
 from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.modules import DimensionProjection
 from st_magnitude.replication.claim import Claim
-from st_magnitude.replication.claims._shared import eval_sets
-from st_magnitude.replication.common import (
-    Context,
-    base_model,
-    beir_folder,
-    describe_model,
-    retrieval_pairs,
-    set_seed,
-    train,
-)
+from st_magnitude.replication.claims._retrieval import fine_tune
+from st_magnitude.replication.claims._shared import eval_sets, retrieval_profile
+from st_magnitude.replication.common import Context, beir_folder, describe_model, retrieval_pairs
 
 DATASET = "scifact"
 
@@ -49,22 +42,14 @@ def run_seed(ctx: Context) -> dict:
     pairs = retrieval_pairs(beir_folder(ctx, s["train_data"]), s["steps"] * s["batch_size"], ctx.seed)
     arms = {}
     for dim in s["dims"]:
-        set_seed(ctx.seed)
-        model = base_model(ctx.model or s["model"], device=ctx.device, max_seq_length=s["max_seq_length"])
-        width = model.get_embedding_dimension()
-        model.append(DimensionProjection(width, int(dim), seed=ctx.seed))
-        apply_similarity(model, "cosine", warn_on_strip=False)
-        loss = PartialNormInfoNCELoss(model, similarity=None, scale=s["scale"])
-        info = train(
-            model,
-            loss,
-            pairs,
-            ctx=ctx,
-            steps=s["steps"],
-            batch_size=s["batch_size"],
-            learning_rate=s["learning_rate"],
-            learning_rate_mapping={r"\.linear\.": s["projection_lr"]},
-        )
+
+        def prepare(model, dim=dim):
+            model.append(DimensionProjection(model.get_embedding_dimension(), int(dim), seed=ctx.seed))
+            apply_similarity(model, "cosine", warn_on_strip=False)
+            loss = PartialNormInfoNCELoss(model, similarity=None, scale=s["scale"])
+            return loss, {"learning_rate_mapping": {r"\.linear\.": s["projection_lr"]}}
+
+        model, loss, info = fine_tune(ctx, prepare=prepare, pairs=pairs)
         with torch.no_grad():
             per_query = _ce(model, es, s["n_negatives"], s["scale"])
         arms[f"D={dim}"] = {
@@ -117,6 +102,8 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     return out
 
 
+_COMMON = dict(n_negatives=256, train_data="nfcorpus", fit_bootstrap=200, min_r2=0.9, max_holdout_error=0.1)
+
 CLAIM = Claim(
     id="003",
     paper="003",
@@ -132,39 +119,25 @@ CLAIM = Claim(
         "largest D within 10%; contradicts if (a) is contradicted or R² < 0.5; else inconclusive"
     ),
     profiles={
-        "cpu": dict(
-            model="bert-tiny",
-            dims=[8, 16, 32, 64, 128],
-            steps=30,
-            batch_size=16,
+        "cpu": retrieval_profile(
+            "bert-tiny",
+            {"dims": [8, 16, 32, 64, 128], "steps": 30},
             learning_rate=1e-4,
-            projection_lr=1e-3,
-            scale=50.0,
+            training={"projection_lr": 1e-3, "scale": 50.0},
+            batch_size=16,
             max_seq_length=96,
             eval_queries=150,
             eval_corpus=800,
-            n_negatives=256,
-            train_data="nfcorpus",
-            fit_bootstrap=200,
-            min_r2=0.9,
-            max_holdout_error=0.1,
+            **_COMMON,
         ),
-        "gpu": dict(
-            model="minilm",
-            dims=[24, 48, 96, 192, 384, 768, 1536],
-            steps=200,
-            batch_size=32,
+        "gpu": retrieval_profile(
+            "minilm",
+            {"dims": [24, 48, 96, 192, 384, 768, 1536], "steps": 200},
             learning_rate=2e-5,
-            projection_lr=5e-4,
-            scale=50.0,
+            training={"projection_lr": 5e-4, "scale": 50.0},
+            batch_size=32,
             max_seq_length=128,
-            eval_queries=None,
-            eval_corpus=None,
-            n_negatives=256,
-            train_data="nfcorpus",
-            fit_bootstrap=200,
-            min_r2=0.9,
-            max_holdout_error=0.1,
+            **_COMMON,
         ),
     },
     differences={

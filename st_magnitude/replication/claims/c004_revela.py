@@ -31,21 +31,24 @@ DATASETS = ("scifact", "nfcorpus")
 ARMS = {"tau=1e-4": (1e-4, "bm25"), "tau=0.01": (0.01, "bm25"), "random": (1e-4, "random")}
 
 
-def tiny_llama(vocab_size: int, seed: int):
-    """A seeded random 2-layer Llama (hidden 64): the cpu profile's stand-in LM (code path only)."""
+#: The cpu profile's stand-in LM shape (code path only): 2 layers, hidden 64.
+TINY_LLAMA = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4
+)
+
+
+def random_llama(vocab_size: int, seed: int, **config):
+    """A ``LlamaForCausalLM`` with random weights drawn after ``torch.manual_seed(seed)``; ``config`` holds the other
+    ``LlamaConfig`` fields (the Revela benchmark builds its LM shapes with it)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=512,
-    )
-    return LlamaForCausalLM(cfg)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, **config))
+
+
+def tiny_llama(vocab_size: int, seed: int):
+    """A seeded random 2-layer Llama (hidden 64, :data:`TINY_LLAMA`): the cpu profile's stand-in LM."""
+    return random_llama(vocab_size, seed, **TINY_LLAMA, max_position_embeddings=512)
 
 
 def load_lm(ctx: Context, retriever):
@@ -237,6 +240,33 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     return out
 
 
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M"
+#: setting: (cpu value, gpu value). The cpu profile is a smoke run of the code path; the gpu one follows the paper.
+_SETTINGS = {
+    "smoke": (True, False),
+    "retriever": ("bert-tiny", SMOLLM2),
+    "pooling": ("mean", "lasttoken"),
+    "prompts": ([], ["Query: ", "Passage: "]),
+    "retriever_lora_r": (0, 256),
+    "lm": ("tiny-random-llama", SMOLLM2),
+    "lm_lora_r": (0, 256),
+    "lora_alpha": (64, 64),
+    "lm_gradient_checkpointing": (False, True),
+    "checkpoint_in_batch": (False, True),
+    "learning_rate": (1e-4, 1e-4),
+    "lm_learning_rate": (1e-4, 1e-4),
+    "group_size": (4, 16),
+    "groups_per_step": (1, 4),
+    "groups": (8, 1600),
+    "steps": (8, 400),
+    "max_docs": (300, 0),
+    "max_seq_length": (64, 160),
+    "lm_max_length": (48, 160),
+    "diag_every": (4, 25),
+    "eval_queries": (50, None),
+    "eval_corpus": (300, None),
+}
+
 CLAIM = Claim(
     id="004",
     paper="004",
@@ -253,56 +283,7 @@ CLAIM = Claim(
         "on both SciFact and NFCorpus (whole 95% CIs above 0); contradicts if any CI lies wholly below 0; else "
         "inconclusive. cpu: smoke only, verdict fixed to inconclusive."
     ),
-    profiles={
-        "cpu": dict(
-            smoke=True,
-            retriever="bert-tiny",
-            pooling="mean",
-            prompts=[],
-            retriever_lora_r=0,
-            lm="tiny-random-llama",
-            lm_lora_r=0,
-            lora_alpha=64,
-            lm_gradient_checkpointing=False,
-            checkpoint_in_batch=False,
-            learning_rate=1e-4,
-            lm_learning_rate=1e-4,
-            group_size=4,
-            groups_per_step=1,
-            groups=8,
-            steps=8,
-            max_docs=300,
-            max_seq_length=64,
-            lm_max_length=48,
-            diag_every=4,
-            eval_queries=50,
-            eval_corpus=300,
-        ),
-        "gpu": dict(
-            smoke=False,
-            retriever="HuggingFaceTB/SmolLM2-135M",
-            pooling="lasttoken",
-            prompts=["Query: ", "Passage: "],
-            retriever_lora_r=256,
-            lm="HuggingFaceTB/SmolLM2-135M",
-            lm_lora_r=256,
-            lora_alpha=64,
-            lm_gradient_checkpointing=True,
-            checkpoint_in_batch=True,
-            learning_rate=1e-4,
-            lm_learning_rate=1e-4,
-            group_size=16,
-            groups_per_step=4,
-            groups=1600,
-            steps=400,
-            max_docs=0,
-            max_seq_length=160,
-            lm_max_length=160,
-            diag_every=25,
-            eval_queries=None,
-            eval_corpus=None,
-        ),
-    },
+    profiles={p: {k: v[i] for k, v in _SETTINGS.items()} for i, p in enumerate(("cpu", "gpu"))},
     differences={
         "cpu": [
             f"smoke size: retriever {describe_model('bert-tiny')} (not a raw decoder), LM a seeded random 2-layer "

@@ -1,0 +1,15 @@
+"""A small ``CompareConfig`` on the toy BEIR folders, shared by the ``st-magnitude compare`` tests (a plain module:
+a ``conftest.py`` here would shadow ``tests/conftest.py`` for the tests that ``from conftest import ...``)."""
+
+from __future__ import annotations
+
+from st_magnitude.experiments.compare import CompareConfig
+
+
+def toy_compare_config(model_dir, data, out, **kw) -> CompareConfig:
+    """``dot`` trained and evaluated on ``data/toy``: 2 steps of batch 4, 32 tokens, no subsampling; ``kw`` overrides
+    any field."""
+    paths = dict(model=str(model_dir), data_dir=str(data), output_dir=str(out))
+    toy = dict(variants=("dot",), train_data="toy", eval_data=("toy",))
+    small = dict(steps=2, batch_size=4, max_seq_length=32, max_corpus=None, max_queries=None)
+    return CompareConfig(**{**paths, **toy, **small, **kw})
