@@ -309,7 +309,7 @@ def test_convert_writes_a_new_card_instead_of_the_base_readme(tiny_bert_dir, tmp
 def test_recipe_model_card_records_similarity_and_temperature(tiny_bert_dir, tmp_path):
     from conftest import build_tiny_st
 
-    from st_magnitude.losses.margin_contrastive import BertRecipeLoss, EttinRecipeLoss
+    from st_magnitude.losses import BertRecipeLoss, EttinRecipeLoss
 
     bert = build_tiny_st(tiny_bert_dir, normalize=False)
     BertRecipeLoss(bert)

@@ -117,7 +117,7 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
             ``st_magnitude.apply_similarity``); or a :mod:`st_magnitude.similarity` name / instance.
         scale: 1/τ applied to the similarity (paper: 1.0 for BERT raw dot; 50.0 for Ettin cosine, τ = 0.02).
             ``None`` (default): 1/τ with the τ the model was trained at, as recorded by
-            :class:`~st_magnitude.losses.margin_contrastive.BertRecipeLoss` / ``EttinRecipeLoss``
+            :class:`~st_magnitude.losses.BertRecipeLoss` / ``EttinRecipeLoss``
             (:func:`st_magnitude.convert.training_temperature`); a model with no recorded τ gets 1.0, with a warning
             when it is scored by cosine (cosine at τ = 1 keeps every logit in [−1, 1], so the metric sits near
             chance, log(1 + n_negatives)). The scale used is in ``self.last_scale``.

@@ -1,6 +1,6 @@
 """RevelaLoss: self-supervised retriever learning through a causal LM's in-batch attention (paper 004, Revela).
 
-The math lives in :mod:`st_magnitude.losses.revela_attention` (eqs. 5-8) and here (eq. 2 objective, eq. 7's Sim).
+The math lives in :mod:`st_magnitude.modules.revela_attention` (eqs. 5-8) and here (eq. 2 objective, eq. 7's Sim).
 See docs/revela.md for the faithful / our-choice table.
 """
 
@@ -115,9 +115,9 @@ class RevelaLoss(nn.Module):
         Requirements:
             1. Sets of B ≥ 3 related chunks per batch (same/neighbouring documents or BM25 neighbours); random
                batches collapse (paper "Revela-random"). Build them with
-               :func:`st_magnitude.revela_data.build_revela_dataset`.
-            2. The batch sampler :class:`~st_magnitude.revela_data.RevelaGroupBatchSampler` (one group per batch)
-               and the collator :class:`~st_magnitude.revela_data.RevelaDataCollator` (adds the LM's tokens).
+               :func:`st_magnitude.data.revela.build_revela_dataset`.
+            2. The batch sampler :class:`~st_magnitude.data.revela.RevelaGroupBatchSampler` (one group per batch)
+               and the collator :class:`~st_magnitude.data.revela.RevelaDataCollator` (adds the LM's tokens).
             3. An LM with ``model_type`` in llama, qwen2, mistral, qwen3.
 
         Inputs:
@@ -392,7 +392,7 @@ class RevelaLoss(nn.Module):
         if len(features) != 3 or "input_ids" not in features[2]:
             raise ValueError(
                 "RevelaLoss expects three feature dicts: the query view, the passage view and the LM tokens "
-                "(lm_input_ids / lm_attention_mask). Use st_magnitude.revela_data.RevelaDataCollator as the "
+                "(lm_input_ids / lm_attention_mask). Use st_magnitude.data.revela.RevelaDataCollator as the "
                 f"trainer's data_collator and a dataset with columns (query, passage, label); got {len(features)} "
                 f"feature dicts"
             )
@@ -563,7 +563,7 @@ def build_decoder_retriever(
     (e.g. SmolLM2-135M). The tokenizer pads on the right with EOS when it has no pad token and appends EOS to every
     text; truncation keeps the EOS, so ``max_seq_length = 157`` is the official 156 tokens + EOS. ``model.prompts``
     is set to ``prompts`` (default :data:`REVELA_PROMPTS`); pass the same dict as ``prompts=`` to the training
-    arguments and :class:`~st_magnitude.revela_data.RevelaDataCollator` (columns ``query``/``passage``) and use
+    arguments and :class:`~st_magnitude.data.revela.RevelaDataCollator` (columns ``query``/``passage``) and use
     ``encode_query`` / ``encode_document`` (or ``query_prompt_name="query"``, ``corpus_prompt_name="passage"``)
     when evaluating.
 
