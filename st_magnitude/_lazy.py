@@ -43,13 +43,15 @@ class _LazyPackage(types.ModuleType):
 
 
 def lazy_exports(
-    package: str, exports: Mapping[str, Iterable[str]]
+    package: str, exports: Mapping[str, Iterable[str]], moved: Mapping[str, str] | None = None
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """Return the ``(__getattr__, __dir__)`` pair for ``package``.
 
     Args:
         package: the package's ``__name__``.
         exports: submodule -> names it provides; a submodule is relative to ``package`` (``".mw"``) or absolute.
+        moved: names the package exported before and that now live elsewhere (name -> absolute module): they still
+            resolve, with the ``DeprecationWarning`` of :func:`moved_exports`, and are not part of ``__all__``.
 
     Raises:
         ValueError: a name is listed under two submodules.
@@ -66,9 +68,13 @@ def lazy_exports(
         module.__class__ = _LazyPackage
     object.__setattr__(module, "_lazy_targets", targets)
 
+    moved_getattr = moved_exports(package, moved)[0] if moved else None
+
     def __getattr__(name: str) -> object:
         target = targets.get(name)
         if target is None:
+            if moved_getattr is not None and name in moved:
+                return moved_getattr(name)  # warns on every access: not cached
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(target), name)
         object.__setattr__(module, name, value)  # cached: the next access does not come here

@@ -12,6 +12,7 @@ import warnings
 import pytest
 
 MOVED: list[tuple[str, str, str]] = [
+    ("st_magnitude.losses", "RevelaLMCheckpointCallback", "st_magnitude.callbacks.revela"),
     # (old module, name, new module)
     ("st_magnitude.losses.margin_contrastive", "BertRecipeLoss", "st_magnitude.losses.bert_recipe"),
     ("st_magnitude.losses.margin_contrastive", "EttinRecipeLoss", "st_magnitude.losses.ettin_recipe"),

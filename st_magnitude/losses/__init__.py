@@ -31,7 +31,6 @@ __all__ = [
     "MagnitudeMatryoshkaLoss",
     "MarginContrastiveLoss",
     "PartialNormInfoNCELoss",
-    "RevelaLMCheckpointCallback",
     "RevelaLoss",
     "pairwise_softplus_sum",
     "teacher_scores",
@@ -48,6 +47,7 @@ __getattr__, __dir__ = lazy_exports(
         ".margin_contrastive": ("MarginContrastiveLoss", "teacher_scores"),
         ".mw": ("CachedMWLoss", "MWLoss", "pairwise_softplus_sum"),
         ".partial_norm_infonce": ("CachedPartialNormInfoNCELoss", "PartialNormInfoNCELoss"),
-        ".revela": ("RevelaLMCheckpointCallback", "RevelaLoss"),
+        ".revela": ("RevelaLoss",),
     },
+    moved={"RevelaLMCheckpointCallback": "st_magnitude.callbacks.revela"},  # deprecated: use LossStateCallback
 )
