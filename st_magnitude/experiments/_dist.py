@@ -133,3 +133,33 @@ def mean(value):
 def main_only(log: Callable[[str], Any]) -> Callable[[str], Any]:
     """``log`` on rank 0, a no-op elsewhere (one copy of every message)."""
     return log if is_main() else (lambda message: None)
+
+
+def sync_outside_ddp(model, pattern: str) -> list[str]:
+    """Keep the parameters of ``model`` whose name matches ``pattern`` out of DDP and average their gradients.
+
+    For parameters that DDP's unused-parameter search cannot handle: used in only some of several forward calls
+    before one backward (a role's γ̂: the loss encodes queries and documents in separate calls). A gradient hook
+    averages each one over the processes, as DDP would; on one process nothing is done. Returns the names.
+    """
+    if not distributed():
+        return []
+    import re
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    matched = [(name, p) for name, p in model.named_parameters() if p.requires_grad and re.search(pattern, name)]
+    if not matched:
+        return []
+    ignored = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ())) | {name for name, _ in matched}
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, sorted(ignored))
+
+    def average(grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad / world_size()
+
+    for _, p in matched:
+        p.register_hook(average)
+    return [name for name, _ in matched]

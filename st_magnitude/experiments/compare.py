@@ -444,6 +444,10 @@ def _progress_callback(progress: _TrainProgress):
     return CompareTrainProgress()
 
 
+#: The learnable similarity's role parameters carried by the model (γ̂ of queries and documents).
+ROLE_PARAMETERS = r"gamma_(query|document)_logit"
+
+
 def training_arguments(config: CompareConfig, variant: str, ckpt_dir: Path, device: str):
     """The Trainer settings of one run (the profile's optimizer and schedule; see ``PROFILES``)."""
     from sentence_transformers import SentenceTransformerTrainingArguments
@@ -472,9 +476,7 @@ def training_arguments(config: CompareConfig, variant: str, ckpt_dir: Path, devi
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         router_mapping={"anchor": "query", "positive": "document"},
         # quick: γ̂ gets its own learning rate (at encoder LRs it barely moves); full: as the paper
-        learning_rate_mapping={r"gamma_(query|document)_logit": gamma_lr}
-        if variant == "learnable" and gamma_lr
-        else {},
+        learning_rate_mapping={ROLE_PARAMETERS: gamma_lr} if variant == "learnable" and gamma_lr else {},
         save_strategy="steps",
         save_steps=config.save_steps or max(10, config.steps // 5),
         save_total_limit=1,  # plus the one being written: at most two checkpoints exist at any time
@@ -531,6 +533,9 @@ def train_run(
         progress.record(module, inputs, _dist.mean(output))
 
     hook = loss.register_forward_hook(record)
+    # the loss calls the model once per column; a role's γ̂ is used in one of the calls only, which DDP's unused-
+    # parameter search (needed: the HF pooler gets no gradient) would mark ready twice: γ̂ is averaged by hand instead
+    _dist.sync_outside_ddp(model, ROLE_PARAMETERS)
     callbacks = [_progress_callback(progress)]
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=callbacks)
     try:
