@@ -134,3 +134,44 @@ def test_compare_on_two_processes_equals_one_process(setup, tmp_path):
     writes = [path for kind, path in traces[0] if kind in ("write", "replace")]
     assert len(writes) == len(set(writes)), sorted(p for p in writes if writes.count(p) > 1)
     assert {"config.json", "results.md", "results.csv", "runs/cosine-l2dir/metrics.json"} <= set(writes)
+
+
+def test_batch_size_must_split_over_the_processes(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    config = CompareConfig(output_dir=str(tmp_path / "out"), batch_size=5, device="cpu", kappa=False)
+    with pytest.raises(ValueError, match=r"--batch-size 5 does not split evenly over 2 processes.*\(e\.g\. 4 or 6\)"):
+        run_compare(config, log=lambda s: None)
+    assert not (tmp_path / "out").exists()
+
+
+def _decide_worker(rank: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+
+    from st_magnitude.experiments import _dist
+
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    seen = {"decided": _dist.rank0_decides(lambda: {"resume": f"checkpoint-{2 + rank}"})}
+    seen["only"] = _dist.rank0_only(lambda: "rank 0's result")
+    seen["mean"] = float(_dist.mean(torch.tensor(float(rank))))
+    try:
+        _dist.rank0_decides(lambda: (_ for _ in ()).throw(FileExistsError("folder busy")))
+    except Exception as exc:  # noqa: BLE001 - recorded for the test
+        seen["error"] = f"{type(exc).__name__}: {exc}"
+    _dist.barrier()
+    dist.destroy_process_group()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(seen))
+
+
+def test_rank0_decides_for_every_process(tmp_path):
+    """Rank 0's decision (and its refusal) reaches every process; the others never run the decision."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_decide_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["decided"] == r1["decided"] == {"resume": "checkpoint-2"}
+    assert (r0["only"], r1["only"]) == ("rank 0's result", None)
+    assert r0["mean"] == r1["mean"] == 0.5
+    assert r0["error"] == "FileExistsError: folder busy"
+    assert r1["error"] == "Rank0Failed: process 0 stopped the run: FileExistsError: folder busy"
