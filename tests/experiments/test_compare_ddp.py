@@ -26,9 +26,10 @@ from st_magnitude.experiments.compare import CompareConfig, run_compare
 
 SCRIPT = Path(__file__).with_name("compare_ddp_run.py")
 REPO = Path(__file__).resolve().parents[2]
-#: |1 process − 2 processes| allowed: metrics are computed from embeddings equal to ~1e-7 (measured: identical);
-#: the mean train loss is summed in another order (measured ≤ 7e-7 here, ≤ 3e-5 for MW at temperature 0.01).
-METRIC_TOL, LOSS_TOL, WEIGHT_TOL = 1e-6, 1e-5, 1e-5
+#: |1 process − 2 processes| allowed (what was measured is printed with ``-s`` and quoted in docs/compare.md):
+#: metrics come from weights equal to ~1e-7; the loss is reduced in another order (MW at temperature 0.01: ~1e-6 rel).
+METRIC_TOL, LOSS_REL_TOL, WEIGHT_TOL = 1e-6, 1e-5, 1e-5
+RUNS = ("learnable-infonce", "cosine-infonce", "learnable-mw", "cosine-mw", "cosine-l2dir")
 
 
 def _free_port() -> int:
@@ -52,7 +53,7 @@ def setup(tmp_path):
 
 SETTINGS = dict(
     variants=("learnable", "cosine"),
-    losses=("infonce", "l2dir"),
+    losses=("infonce", "mw", "l2dir"),
     train_data="toy",
     eval_data=("toy",),
     steps=3,
@@ -104,20 +105,25 @@ def test_compare_on_two_processes_equals_one_process(setup, tmp_path):
 
     # the same table: results.md (no timings in it) byte for byte, every metric and the mean train loss
     assert (two / "results.md").read_text() == (one / "results.md").read_text() == single["summary"]
-    for run in ("learnable-infonce", "cosine-infonce", "cosine-l2dir"):
+    measured = {}
+    for run in RUNS:
         a = json.loads((one / "runs" / run / "metrics.json").read_text())
         b = json.loads((two / "runs" / run / "metrics.json").read_text())
-        for name, value in a["metrics"]["toy"].items():
-            if isinstance(value, float):
-                assert b["metrics"]["toy"][name] == pytest.approx(value, abs=METRIC_TOL), (run, name)
+        names = [k for k, v in a["metrics"]["toy"].items() if isinstance(v, float)]
+        d_metric = max(abs(a["metrics"]["toy"][k] - b["metrics"]["toy"][k]) for k in names)
+        assert d_metric <= METRIC_TOL, run
         assert b["metrics"]["toy"]["per_query_ndcg@10"] == pytest.approx(a["metrics"]["toy"]["per_query_ndcg@10"])
-        assert b["train"]["train_loss"] == pytest.approx(a["train"]["train_loss"], abs=LOSS_TOL), run
+        assert b["train"]["train_loss"] == pytest.approx(a["train"]["train_loss"], rel=LOSS_REL_TOL), run
         assert b["train"]["train_steps"] == a["train"]["train_steps"] == 3
         for key in ("gamma_query", "gamma_document"):
             assert b["train"][key] == pytest.approx(a["train"][key], abs=WEIGHT_TOL), (run, key)
         wa, wb = _weights(one / "runs" / run / "model"), _weights(two / "runs" / run / "model")
         assert set(wa) == set(wb) and wa
-        assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) <= WEIGHT_TOL, run
+        d_weight = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+        assert d_weight <= WEIGHT_TOL, run
+        d_loss = abs(a["train"]["train_loss"] - b["train"]["train_loss"]) / abs(a["train"]["train_loss"])
+        measured[run] = f"metrics {d_metric:.1e}, weights {d_weight:.1e}, train_loss (relative) {d_loss:.1e}"
+    print("max |1 process - 2 processes|:", "; ".join(f"{r}: {m}" for r, m in measured.items()))
     learnable = json.loads((two / "runs" / "learnable-infonce" / "metrics.json").read_text())["train"]
     assert learnable["gamma_query"] != 0.5  # γ̂ moved (its gradient was averaged, not dropped)
 
@@ -126,7 +132,7 @@ def test_compare_on_two_processes_equals_one_process(setup, tmp_path):
     assert json.loads((two / "config.json").read_text())["processes"] == 2
     # one copy of every message
     assert proc.stdout.count("[learnable-infonce] training 3 steps × batch 4") == 1
-    assert proc.stdout.count("| cosine-l2dir | toy |") == 1
+    assert proc.stdout.count("| cosine-l2dir | toy |") == 1 and "| learnable-mw | toy |" in proc.stdout
 
     # rank 1 wrote nothing under the folder; rank 0 wrote each file once
     traces = {r: json.loads((tmp_path / f"trace-rank{r}.json").read_text()) for r in (0, 1)}
