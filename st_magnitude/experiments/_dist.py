@@ -58,6 +58,10 @@ def init(device: str) -> None:
     if dist.is_initialized():
         return
     backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":  # broadcast_object_list and the barriers use the current device
+        import torch
+
+        torch.cuda.set_device(device)
     dist.init_process_group(backend=backend, timeout=TIMEOUT)
     logger.info("process group: %s, rank %d of %d", backend, rank(), world_size())
 
