@@ -21,7 +21,6 @@ Trainer checkpoint, or re-evaluates a trained model; datasets added with ``--eva
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import json
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude._similarity_names import similarity_names, validate_similarity_name  # torch-free
+from st_magnitude.experiments import _dist
 from st_magnitude.experiments.lock import OutputLock
 from st_magnitude.integrations.data_home import resolve_data_dir, resolve_dataset  # the one data setting (stdlib only)
 
@@ -249,12 +249,13 @@ def training_pairs(folder: Path, n: int, seed: int) -> dict[str, list[str]]:
 def build_loss(model, variant: str, loss: str, config: CompareConfig):
     from st_magnitude import losses as L
 
+    gather = _dist.distributed()  # under torchrun every process scores its rows against the global batch
     if loss == "infonce":
-        return L.PartialNormInfoNCELoss(model, similarity=variant, scale=config.scale)
+        return L.PartialNormInfoNCELoss(model, similarity=variant, scale=config.scale, gather_across_devices=gather)
     if loss == "mw":
-        return L.MWLoss(model, similarity=variant, temperature=config.mw_temperature)
+        return L.MWLoss(model, similarity=variant, temperature=config.mw_temperature, gather_across_devices=gather)
     if loss == "l2dir":
-        return L.L2DirLoss(model)
+        return L.L2DirLoss(model, gather_across_devices=gather)
     raise ValueError(f"unknown loss {loss!r}; valid losses: {', '.join(LOSSES)}")
 
 
@@ -352,16 +353,25 @@ def _progress_callback(progress: _TrainProgress):
     return CompareTrainProgress()
 
 
+#: The learnable similarity's role parameters carried by the model (γ̂ of queries and documents).
+ROLE_PARAMETERS = r"gamma_(query|document)_logit"
+
+
 def training_arguments(config: CompareConfig, variant: str, ckpt_dir: Path, device: str):
     """The Trainer settings of one run (the profile's optimizer and schedule; see ``PROFILES``)."""
     from sentence_transformers import SentenceTransformerTrainingArguments
     from sentence_transformers.base.sampler import BatchSamplers
 
     gamma_lr = config.gamma_learning_rate
+    distributed = _dist.distributed()
     return SentenceTransformerTrainingArguments(
         output_dir=str(ckpt_dir),
         max_steps=config.steps,
+        # under torchrun the sampler draws the 1-process global batch of --batch-size rows (same seed, same rows)
+        # and accelerate splits it, batch_size / world_size rows per process (see docs/compare.md)
         per_device_train_batch_size=config.batch_size,
+        accelerator_config={"split_batches": True} if distributed else None,
+        ddp_backend=("gloo" if device == "cpu" else "nccl") if distributed else None,
         learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler,
         warmup_steps=max(1, round(config.steps * config.warmup_fraction)) if config.warmup_fraction > 0 else 0,
@@ -375,9 +385,7 @@ def training_arguments(config: CompareConfig, variant: str, ckpt_dir: Path, devi
         batch_sampler=BatchSamplers.NO_DUPLICATES,
         router_mapping={"anchor": "query", "positive": "document"},
         # quick: γ̂ gets its own learning rate (at encoder LRs it barely moves); full: as the paper
-        learning_rate_mapping={r"gamma_(query|document)_logit": gamma_lr}
-        if variant == "learnable" and gamma_lr
-        else {},
+        learning_rate_mapping={ROLE_PARAMETERS: gamma_lr} if variant == "learnable" and gamma_lr else {},
         save_strategy="steps",
         save_steps=config.save_steps or max(10, config.steps // 5),
         save_total_limit=1,  # plus the one being written: at most two checkpoints exist at any time
@@ -413,16 +421,30 @@ def train_run(
     n = config.steps * config.batch_size
     data = Dataset.from_dict({"anchor": pairs["anchor"][: n * 2], "positive": pairs["positive"][: n * 2]})
     ckpt_dir = run_dir / "checkpoints"
-    checkpoints = whole_checkpoints(ckpt_dir)
-    resume_from = checkpoints[-1] if checkpoints else None
-    for older in checkpoints[:-1]:
-        shutil.rmtree(older, ignore_errors=True)  # resuming needs the last one only
+
+    def pick_checkpoint() -> Path | None:  # rank 0 tidies the folder and decides for every process
+        checkpoints = whole_checkpoints(ckpt_dir)
+        for older in checkpoints[:-1]:
+            shutil.rmtree(older, ignore_errors=True)  # resuming needs the last one only
+        return checkpoints[-1] if checkpoints else None
+
+    resume_from = _dist.rank0_decides(pick_checkpoint)
     args = training_arguments(config, variant, ckpt_dir, device)
     progress = _TrainProgress()
     if resume_from is not None:
         progress = _TrainProgress.from_state(json.loads((resume_from / CHECKPOINT_STATE).read_text()))
         logger.info("resuming %s from %s", run_dir.name, resume_from)
-    hook = loss.register_forward_hook(progress.record)
+
+    def record(module, inputs, output) -> None:
+        # a gathering loss returns this process's share of the global-batch loss: their mean is the 1-process loss
+        if isinstance(output, dict):  # named parts (L2Dir: infonce + infotn): the Trainer optimises their sum
+            output = sum(v.detach() for v in output.values())
+        progress.record(module, inputs, _dist.mean(output))
+
+    hook = loss.register_forward_hook(record)
+    # the loss calls the model once per column; a role's γ̂ is used in one of the calls only, which DDP's unused-
+    # parameter search (needed: the HF pooler gets no gradient) would mark ready twice: γ̂ is averaged by hand instead
+    _dist.sync_outside_ddp(model, ROLE_PARAMETERS)
     from st_magnitude.callbacks import LossStateCallback  # the L2Dir NAP head lives in the loss: keep it on resume
 
     callbacks = [_progress_callback(progress), LossStateCallback(loss, on_missing="warn")]
@@ -444,12 +466,16 @@ def train_run(
     if g is not None:
         info.update(gamma_query=g[0], gamma_document=g[1])
     model_dir = run_dir / "model"
-    if model_dir.exists():
-        shutil.rmtree(model_dir)
-    model.save(str(model_dir))
-    _atomic_json(run_dir / "train.json", info)
-    (model_dir / ".complete").write_text("ok")
-    shutil.rmtree(ckpt_dir, ignore_errors=True)
+
+    def finish() -> None:  # rank 0 writes; the others wait so nobody reads a half-written run
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        model.save(str(model_dir))
+        _atomic_json(run_dir / "train.json", info)
+        (model_dir / ".complete").write_text("ok")
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+
+    _dist.rank0_only(finish)
     return info
 
 
@@ -545,11 +571,24 @@ def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
 
     validate(config)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if _dist.distributed():  # torchrun / accelerate launch: rank 0 writes and evaluates, all train (DDP)
+        world = _dist.world_size()
+        if config.batch_size % world:
+            allowed = sorted({max(world, config.batch_size // world * world), -(-config.batch_size // world) * world})
+            raise ValueError(
+                f"--batch-size {config.batch_size} does not split evenly over {world} processes: use a multiple of "
+                f"{world} (e.g. {' or '.join(map(str, allowed))}); it is the global batch, each process gets "
+                "batch_size / world_size rows"
+            )
+        if device == "cuda":
+            device = f"cuda:{_dist.local_rank()}"
+        _dist.init(device)
+        log = _dist.main_only(log)
     out = Path(config.output_dir)
     _check_writable(out)
     lock = _output_lock(out)
-    if lock is not None:
-        lock.check_free()  # a second run into a busy folder stops here, before any slow preparation
+    # a second run into a busy folder stops here, before any slow preparation (rank 0 holds the lock: see below)
+    _dist.rank0_decides(lambda: lock.check_free())
     data_dir = resolve_data_dir(config.data_dir)
     train_folder = resolve_dataset(config.train_data, data_dir, "train" if config.train_data else "test")
     eval_folders = {Path(n).name: resolve_dataset(n, data_dir, "test") for n in config.eval_data}
@@ -565,22 +604,25 @@ def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
         raise ValueError(
             f"{train_folder} gives {len(pairs['anchor'])} training pairs, fewer than one batch ({config.batch_size})"
         )
-    held = {"base_model": base_model}  # handed over, so the base model is freed once κ has run
+    held = {"base_model": base_model if _dist.is_main() else None}  # freed once κ has run (on rank 0)
     del base_model
 
-    # -- everything validated: start writing (one process per output folder) ----------------------------------
-    with lock or contextlib.nullcontext():
+    # -- everything validated: start writing (one process per output folder; rank 0 of a distributed launch) ----
+    _dist.rank0_decides(lambda: lock.acquire() and None)
+    try:
         if lock is not None and lock.took_over:
             log(f"note: took over a stale lock left by pid {lock.took_over.get('pid')} (no longer running)")
         return _run_locked(
             config, out, device, held, base_desc, base_path, train_folder, eval_folders, eval_sets, pairs, log
         )
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _output_lock(out: Path) -> OutputLock | None:
     """The folder lock, held by the first process of a distributed launch only (its peers share its work)."""
-    rank = os.environ.get("RANK", "0")
-    return OutputLock(out) if not rank.isdigit() or int(rank) == 0 else None
+    return OutputLock(out) if _dist.is_main() else None
 
 
 def _check_fingerprint(out: Path, config: CompareConfig) -> None:
@@ -625,25 +667,25 @@ def _run_locked(
     import torch
 
     cfg_path = out / "config.json"
-    _check_fingerprint(out, config)
-    _atomic_json(
-        cfg_path,
-        {
-            "fingerprint": config.fingerprint(),
-            "config": dataclasses.asdict(config),
-            "base_model": base_desc,
-            "device": device,
-        },
-    )
+
+    def write_config() -> None:
+        _check_fingerprint(out, config)
+        record = {"fingerprint": config.fingerprint(), "config": dataclasses.asdict(config), "base_model": base_desc}
+        record.update(device=device, processes=_dist.world_size())
+        _atomic_json(cfg_path, record)
+
+    _dist.rank0_decides(write_config)  # a refusal there stops every process
     log(f"base model: {base_desc} | device: {device} | profile: {config.profile}")
 
     for es in eval_sets:
         log(f"eval {es.name}: {es.data!r}" + (f"  [{es.data.note}]" if es.data.note else ""))
 
-    kappa = None
     kappa_path = out / "kappa.json"
-    base_model = held.pop("base_model")
-    if config.kappa:
+
+    def run_kappa_step() -> dict | None:  # rank 0 only: the base model is not trained
+        base_model = held.pop("base_model")  # freed when this returns
+        if not config.kappa:
+            return None
         kappa = _read_json(kappa_path)
         if kappa and kappa.get("settings") == json.loads(json.dumps(config.kappa_key())):
             pass  # computed earlier with these settings
@@ -669,7 +711,10 @@ def _run_locked(
             }
             _atomic_json(kappa_path, kappa)
         log(f"κ rule on the base model: {kappa['summary']}")
-    del base_model
+        return kappa
+
+    kappa = _dist.rank0_decides(run_kappa_step)
+    held.clear()
 
     runs = [(v, loss) for loss in config.losses for v in config.variants if not (loss == "l2dir" and v != "cosine")]
     if any(loss == "l2dir" for loss in config.losses) and any(v != "cosine" for v in config.variants):
@@ -678,69 +723,87 @@ def _run_locked(
     from tqdm.auto import tqdm
 
     eval_keys = {es.name: config.eval_key(eval_folders[es.name]) for es in eval_sets}
-    for variant, loss_name in tqdm(runs, desc="variants", unit="run"):
+    for variant, loss_name in tqdm(runs, desc="variants", unit="run", disable=not _dist.is_main()):
         run_id = f"{variant}-{loss_name}"
         run_dir = out / "runs" / run_id
         metrics_path = run_dir / "metrics.json"
-        record = _read_json(metrics_path)
-        # datasets this run has no metrics for, or has metrics made on other data / subsampling settings
-        todo = [
-            es
-            for es in eval_sets
-            if record is None
-            or es.name not in record.get("metrics", {})
-            or record.get("eval", {}).get(es.name) != json.loads(json.dumps(eval_keys[es.name]))
-        ]
-        if not todo:
-            log(f"[{run_id}] finished earlier: skipped")
-        else:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            model_dir = run_dir / "model"
-            torch.manual_seed(config.seed)
-            train_info = trained_info(run_dir)
-            if train_info is not None:
-                log(f"[{run_id}] trained earlier: evaluating {', '.join(es.name for es in todo)}")
-                shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # left by a kill after .complete
-            else:
-                if (model_dir / ".complete").exists():
-                    log(f"[{run_id}] its training did not finish writing (no train.json): training again")
-                log(f"[{run_id}] training {config.steps} steps × batch {config.batch_size}")
-                train_info = train_run(base_path, variant, loss_name, config, pairs, run_dir, device)
-                record, todo = None, list(eval_sets)  # metrics of an earlier model do not describe this one
-            from st_magnitude.integrations.models import load_model
+        model_dir = run_dir / "model"
 
-            model = load_model(str(model_dir), device=device, max_seq_length=config.max_seq_length)
-            t0 = time.perf_counter()
-            metrics, norms = evaluate_sets(model, todo)
-            previous = record or {}
-            record = {
-                "variant": variant,
-                "loss": loss_name,
-                "train": train_info,
-                "metrics": {**previous.get("metrics", {}), **metrics},
-                "norms": {**previous.get("norms", {}), **norms},
-                "eval": {**previous.get("eval", {}), **{es.name: eval_keys[es.name] for es in todo}},
-                "eval_seconds": previous.get("eval_seconds", 0.0) + time.perf_counter() - t0,
-            }
-            _atomic_json(metrics_path, record)
-        # the table holds exactly the requested datasets (records may hold more from earlier invocations)
-        all_norms[run_id] = {es.name: record["norms"][es.name] for es in eval_sets}
-        for ds in (es.name for es in eval_sets):
-            m = record["metrics"][ds]
-            rows.append(
-                {
-                    "run": run_id,
-                    "variant": record["variant"],
-                    "loss": record["loss"],
-                    "dataset": ds,
-                    **{k: round(v, 5) for k, v in m.items() if k != PER_QUERY_KEY},
-                    "train_loss": round(record["train"]["train_loss"], 5),
-                    "train_seconds": round(record["train"]["train_seconds"], 1),
+        def plan() -> tuple[list[str], bool]:
+            """(datasets to evaluate, whether to train): rank 0 reads the run's files, every process follows."""
+            record = _read_json(metrics_path)
+            # datasets this run has no metrics for, or has metrics made on other data / subsampling settings
+            todo = [
+                es.name
+                for es in eval_sets
+                if record is None
+                or es.name not in record.get("metrics", {})
+                or record.get("eval", {}).get(es.name) != json.loads(json.dumps(eval_keys[es.name]))
+            ]
+            if not todo:
+                log(f"[{run_id}] finished earlier: skipped")
+                return todo, False
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if trained_info(run_dir) is not None:
+                log(f"[{run_id}] trained earlier: evaluating {', '.join(todo)}")
+                shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # left by a kill after .complete
+                return todo, False
+            if (model_dir / ".complete").exists():
+                log(f"[{run_id}] its training did not finish writing (no train.json): training again")
+            log(f"[{run_id}] training {config.steps} steps × batch {config.batch_size}")
+            return todo, True
+
+        todo_names, train = _dist.rank0_decides(plan)
+        if train:
+            torch.manual_seed(config.seed)
+            train_run(base_path, variant, loss_name, config, pairs, run_dir, device)
+
+        def evaluate_and_record() -> dict:
+            """Rank 0: evaluate what the plan named, write metrics.json and add the run's rows to the table."""
+            record = None if train else _read_json(metrics_path)  # an earlier model's metrics do not describe this
+            todo = [es for es in eval_sets if train or es.name in todo_names]
+            if todo:
+                from st_magnitude.integrations.models import load_model
+
+                model = load_model(str(model_dir), device=device, max_seq_length=config.max_seq_length)
+                t0 = time.perf_counter()
+                metrics, norms = evaluate_sets(model, todo)
+                previous = record or {}
+                record = {
+                    "variant": variant,
+                    "loss": loss_name,
+                    "train": trained_info(run_dir),
+                    "metrics": {**previous.get("metrics", {}), **metrics},
+                    "norms": {**previous.get("norms", {}), **norms},
+                    "eval": {**previous.get("eval", {}), **{es.name: eval_keys[es.name] for es in todo}},
+                    "eval_seconds": previous.get("eval_seconds", 0.0) + time.perf_counter() - t0,
                 }
-            )
-    summary = write_reports(out, rows, all_norms, kappa, config, eval_sets, base_desc, device)
-    log(summary)
-    return {"rows": rows, "kappa": kappa, "output_dir": str(out), "summary": summary}
+                _atomic_json(metrics_path, record)
+            # the table holds exactly the requested datasets (records may hold more from earlier invocations)
+            all_norms[run_id] = {es.name: record["norms"][es.name] for es in eval_sets}
+            for ds in (es.name for es in eval_sets):
+                m = record["metrics"][ds]
+                rows.append(
+                    {
+                        "run": run_id,
+                        "variant": record["variant"],
+                        "loss": record["loss"],
+                        "dataset": ds,
+                        **{k: round(v, 5) for k, v in m.items() if k != PER_QUERY_KEY},
+                        "train_loss": round(record["train"]["train_loss"], 5),
+                        "train_seconds": round(record["train"]["train_seconds"], 1),
+                    }
+                )
+            return record
+
+        _dist.rank0_only(evaluate_and_record)  # the other processes wait here
+
+    def report() -> dict[str, Any]:  # rank 0 writes the table and plots; every process returns the same result
+        summary = write_reports(out, rows, all_norms, kappa, config, eval_sets, base_desc, device)
+        log(summary)
+        return {"rows": rows, "kappa": kappa, "output_dir": str(out), "summary": summary}
+
+    return _dist.rank0_decides(report)
 
 
 def kappa_verdict(rows: list[dict], kappa: dict | None) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude.evaluation.stats import compare_arms, seed_interval
-from st_magnitude.experiments import compare
+from st_magnitude.experiments import _dist, compare
 from st_magnitude.experiments.compare import PER_QUERY_KEY, CompareConfig
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ def run_compare_seeds(config: CompareConfig, n_seeds: int, log=print) -> dict[st
     if n_seeds == 1:
         return compare.run_compare(config, log=log)
     out = Path(config.output_dir)
+    log = _dist.main_only(log)  # under torchrun: one copy of every message, rank 0 writes the summary
     seeds = [config.seed + i for i in range(n_seeds)]
     eval_seed = config.subsample_seed
     folders = []
@@ -56,7 +57,7 @@ def run_compare_seeds(config: CompareConfig, n_seeds: int, log=print) -> dict[st
         )
         compare.run_compare(cfg, log=log)
         folders.append(folder)
-    summary = aggregate_seeds(folders, out)
+    summary = _dist.rank0_decides(lambda: aggregate_seeds(folders, out))
     log(summary["text"])
     return summary
 
