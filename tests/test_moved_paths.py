@@ -13,6 +13,12 @@ import pytest
 
 MOVED: list[tuple[str, str, str]] = [
     # (old module, name, new module)
+    ("st_magnitude.integrations.cli", "TRUST_HELP", "st_magnitude.cli._args"),
+    ("st_magnitude.integrations.cli", "similarity_arg", "st_magnitude.cli._args"),
+    ("st_magnitude.integrations.cli", "similarity_names", "st_magnitude.cli._args"),
+    ("st_magnitude.experiments.cli", "INTERRUPTED", "st_magnitude.cli.compare"),
+    ("st_magnitude.replication.cli", "DEFAULT_REPORT", "st_magnitude.cli.replicate"),
+    ("st_magnitude.replication.cli", "DEFAULT_RESULTS", "st_magnitude.cli.replicate"),
 ]
 
 

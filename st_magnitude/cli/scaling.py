@@ -1,0 +1,172 @@
+"""``st-magnitude scaling ...``: fit scaling laws to a sweep CSV, and pick (N, D) under a FLOPs budget.
+
+st-magnitude scaling fit runs/sweep.csv --metric contrastive_entropy --group-by recipe,dataset --plot law.png
+st-magnitude scaling choose --law BERT/TREC --budget 1e9 --docs 1e7 --scoring exhaustive
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from st_magnitude.cli._args import check_output_file, non_negative_int, positive_float
+
+logger = logging.getLogger(__name__)
+
+
+def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
+    parser = subparsers.add_parser(name, help=help)
+    sub = parser.add_subparsers(dest="scaling_command", metavar="SUBCOMMAND")
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+    fit = sub.add_parser("fit", help="fit L(D) = A/D^alpha + delta (or the joint law) to a sweep CSV")
+    fit.add_argument("csv", help="CSV with one row per measurement (e.g. examples/dim_sweep.py output)")
+    fit.add_argument("--metric", default="contrastive_entropy", help="loss column (default: contrastive_entropy)")
+    fit.add_argument("--dim-column", default="dim", help="embedding-dimension column (default: dim)")
+    fit.add_argument("--group-by", default="recipe,dataset", help="comma-separated columns; one fit per group")
+    fit.add_argument("--joint", action="store_true", help="fit the joint law L(D, N) per group (needs --n-column)")
+    fit.add_argument("--n-column", default="n_params_m", help="model size in millions (default: n_params_m)")
+    fit.add_argument("--negate", action="store_true", help="fit 1 - metric (for higher-is-better metrics)")
+    fit.add_argument(
+        "--bootstrap", type=non_negative_int, default=0, help="residual-bootstrap refits for 95%% intervals"
+    )
+    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument(
+        "--holdout", type=non_negative_int, default=0, help="also fit without the N largest dims and predict them"
+    )
+    fit.add_argument("--plot", default=None, help="write points + fitted curves to this image")
+    fit.add_argument("--json", default=None, help="write the fits to this JSON file")
+    fit.set_defaults(func=_cmd_fit)
+
+    choose = sub.add_parser("choose", help="cost-aware (N, D) choice under a FLOPs budget (paper 003 §4.5)")
+    choose.add_argument("--law", default="BERT/TREC", help="paper preset (BERT/MS, BERT/TREC, Ettin/MS, Ettin/TREC)"
+                        " or a JSON file with A, B, alpha, beta, delta")  # fmt: skip
+    choose.add_argument("--budget", type=positive_float, nargs="+", required=True, help="FLOPs per query")
+    choose.add_argument("--docs", type=positive_float, default=1e7, help="number of indexed documents M (default 1e7)")
+    choose.add_argument("--tokens", type=positive_float, default=32, help="query length T in tokens (default 32)")
+    choose.add_argument("--scoring", default="exhaustive", help="exhaustive or ann")
+    choose.add_argument("--plot", default=None, help="write the budget curves to this image")
+    choose.set_defaults(func=_cmd_choose)
+
+
+def _read_rows(path: str) -> list[dict[str, str]]:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"CSV not found: {path}")
+    with open(p, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        raise ValueError(f"{path} has no data rows")
+    return rows
+
+
+def _float(row: dict[str, str], column: str, path: str) -> float:
+    try:
+        value = float(row[column])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: column {column!r} missing or not numeric in row {row}") from exc
+    return value
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from st_magnitude.scaling.fit import fit_dimension_law, fit_joint_law
+
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        if path:
+            check_output_file(path, flag)  # before the fits, not after them
+    rows = _read_rows(args.csv)
+    columns = list(rows[0])
+    group_cols = [c for c in args.group_by.split(",") if c]
+    needed = [args.metric, args.dim_column] + group_cols + ([args.n_column] if args.joint else [])
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise ValueError(f"{args.csv}: missing column(s) {missing}; available columns: {', '.join(columns)}")
+    groups: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        if row[args.metric] in ("", "nan"):
+            continue
+        groups.setdefault("/".join(row[c] for c in group_cols) or "all", []).append(row)
+    results: dict[str, Any] = {}
+    plot_groups = {}
+    for label, grows in sorted(groups.items()):
+        D = [_float(r, args.dim_column, args.csv) for r in grows]
+        L = [_float(r, args.metric, args.csv) for r in grows]
+        if args.negate:
+            L = [1.0 - v for v in L]
+        try:
+            if args.joint:
+                N = [_float(r, args.n_column, args.csv) for r in grows]
+                fit = fit_joint_law(D, N, L, bootstrap=args.bootstrap, seed=args.seed)
+            else:
+                fit = fit_dimension_law(D, L, bootstrap=args.bootstrap, seed=args.seed)
+        except ValueError as exc:
+            print(f"{label}: not fitted ({exc})")
+            continue
+        results[label] = {**fit.params(), "r2": fit.r2, "n_points": fit.n_points, "sse": fit.sse, "ci": fit.ci}
+        ci = ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in fit.ci.items())
+        print(f"{label}: {fit.formula()}  R²={fit.r2:.4f}  n={fit.n_points}" + (f"  95% CI: {ci}" if ci else ""))
+        if args.holdout and not args.joint:
+            from st_magnitude.scaling.fit import extrapolation_check
+
+            try:
+                check = extrapolation_check(D, L, n_holdout=args.holdout)
+            except ValueError as exc:
+                print(f"  held-out check skipped ({exc})")
+            else:
+                parts = zip(check["dims"], check["measured"], check["predicted"], check["relative_error"])
+                errs = ", ".join(f"D={d:g}: measured {m:.4g}, predicted {p:.4g} ({e:+.1%})" for d, m, p, e in parts)
+                print(f"  held-out (fit on smaller dims, {check['fit'].formula()}): {errs}")
+                results[label]["holdout"] = {k: v for k, v in check.items() if k != "fit"}
+        if not args.joint:
+            plot_groups[label] = (D, L, fit)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.plot and plot_groups:
+        from st_magnitude.scaling.plots import plot_dimension_fits
+
+        ylabel = f"1 - {args.metric}" if args.negate else args.metric
+        print(f"plot: {plot_dimension_fits(plot_groups, args.plot, ylabel=ylabel)}")
+    return 0 if results else 1
+
+
+def _load_law(spec: str) -> dict[str, float]:
+    from st_magnitude.scaling.fit import PAPER_JOINT_LAWS
+
+    if spec in PAPER_JOINT_LAWS:
+        return PAPER_JOINT_LAWS[spec]
+    path = Path(spec)
+    if path.is_file():
+        try:
+            law = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(
+                f"--law {spec}: not valid JSON ({exc}); expected an object with A, B, alpha, beta, delta"
+            ) from None
+        if len(law) == 1 and isinstance(next(iter(law.values())), dict):  # output of `scaling fit --joint --json`
+            law = next(iter(law.values()))
+        return law
+    raise ValueError(f"Unknown law {spec!r}. Valid presets: {', '.join(PAPER_JOINT_LAWS)}; or a JSON file path.")
+
+
+def _cmd_choose(args: argparse.Namespace) -> int:
+    from st_magnitude.scaling.cost import index_bytes, optimal_allocation
+
+    if args.plot:
+        check_output_file(args.plot, "--plot")
+    law = _load_law(args.law)
+    print("budget      gamma    N (M params)  D          L_hat    index (fp32)")
+    for budget in args.budget:
+        a = optimal_allocation(law, budget, T=args.tokens, M=args.docs, scoring=args.scoring)
+        size = index_bytes(args.docs, max(1.0, math.ceil(a.D))) / 1e9
+        print(f"{budget:<10.3g}  {a.gamma:.4f}   {a.N_millions:<12.4g}  {a.D:<9.1f}  {a.loss:.4f}   {size:.3g} GB")
+    if args.plot:
+        from st_magnitude.scaling.plots import plot_budget_curves
+
+        print(f"plot: {plot_budget_curves(law, args.budget, args.plot, M=args.docs, T=args.tokens)}")
+    return 0
