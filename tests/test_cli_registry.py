@@ -39,7 +39,7 @@ def test_every_registered_command_is_a_module_of_the_cli_package():
     assert list(_subcommands(cli.build_parser())) == list(cli.COMMANDS)
     for name in cli.COMMANDS:
         module = importlib.import_module(f"st_magnitude.cli.{name}")
-        assert callable(module.add_parser), name
+        assert callable(module.add_arguments), name
     modules = {p.stem for p in CLI_DIR.glob("*.py") if not p.stem.startswith("_")}
     assert modules == set(cli.COMMANDS), "a command module outside the registry (or the reverse)"
 

@@ -1,8 +1,9 @@
 """The ``st-magnitude`` command.
 
 :data:`COMMANDS` is the registry: command name -> its one-line help. Each command is the module
-``st_magnitude.cli.<name>``, which exposes ``add_parser(subparsers, name, help)`` and imports anything heavy only
-inside its run function. The options several commands share are declared once, in :mod:`st_magnitude.cli._args`.
+``st_magnitude.cli.<name>``: ``add_arguments(parser)`` declares its options, ``run(args)`` (where the command has no
+sub-commands of its own) runs it and imports anything heavy, and an optional ``DESCRIPTION`` heads its ``--help``.
+The options several commands share are declared once, in :mod:`st_magnitude.cli._args`.
 
 :func:`main` builds only the parser of the command it is given (the others are listed by name and help, without
 importing their modules), so ``st-magnitude --help`` and usage errors stay fast; :func:`build_parser` without an
@@ -77,8 +78,12 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
             sub.add_parser(name, help=help)  # listed in --help; its options are never parsed in this run
             continue
         module = _command_module(name)
-        if module is not None:
-            module.add_parser(sub, name, help)
+        if module is None:
+            continue
+        command_parser = sub.add_parser(name, help=help, description=getattr(module, "DESCRIPTION", None))
+        module.add_arguments(command_parser)
+        if hasattr(module, "run"):
+            command_parser.set_defaults(func=module.run)
     return parser
 
 

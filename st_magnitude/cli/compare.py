@@ -59,13 +59,9 @@ def _description() -> str:
     return f"{textwrap.fill(intro, 100)}\n\n{textwrap.fill(full, 100)}\n{items}\n\n{textwrap.fill(quick, 100)}"
 
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    p = subparsers.add_parser(
-        name,
-        help=help,
-        description=_description(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = _description()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # the description's list of departures
     p.add_argument("--model", default=DEFAULT_MODEL, help="base model: hub id or local folder (default: %(default)s)")
     p.add_argument("--variants", type=_csv, default=DEFAULT_VARIANTS, help="comma-separated (default: all five)")
     p.add_argument("--loss", type=_csv, default=("infonce",), help=f"comma-separated, from: {', '.join(LOSSES)}")
@@ -105,7 +101,6 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> 
     )
     p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
     add_options(p, "--device", "--trust-remote-code")
-    p.set_defaults(func=run)
 
 
 def _close_progress_bars() -> None:

@@ -14,8 +14,7 @@ from st_magnitude.cli._args import (
 )
 
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    p = subparsers.add_parser(name, help=help)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="SentenceTransformer folder or hub id")
     p.add_argument(
         "similarity",
@@ -25,7 +24,6 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> 
     )
     p.add_argument("-o", "--output", required=True, help="folder to save the converted model to (must be new/empty)")
     add_options(p, "--trust-remote-code")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

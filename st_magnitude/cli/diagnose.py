@@ -22,17 +22,15 @@ from st_magnitude.cli._args import (
 logger = logging.getLogger(__name__)
 
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    p = subparsers.add_parser(
-        name,
-        help=help,
-        description=(
-            "Norm statistics by role, Cohen's d of document norms (labelled, and label-free with cosine-ranked "
-            "pseudo-labels), query-norm CV, a single-model component-FIM profile, κ(F_qnorm) vs κ(F_dnorm) with a "
-            "half-sampling interval (inconclusive below 8n pairs), pooled ROC-AUC, cross-evaluation; report.md + "
-            "PNGs in --output."
-        ),
-    )
+DESCRIPTION = (
+    "Norm statistics by role, Cohen's d of document norms (labelled, and label-free with cosine-ranked "
+    "pseudo-labels), query-norm CV, a single-model component-FIM profile, κ(F_qnorm) vs κ(F_dnorm) with a "
+    "half-sampling interval (inconclusive below 8n pairs), pooled ROC-AUC, cross-evaluation; report.md + "
+    "PNGs in --output."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
     add_options(p, "--data")
     add_option(p, "--split", help="evaluation split for norms/Cohen's d/AUC (default test)")
@@ -70,7 +68,6 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> 
     p.add_argument("--output", default="runs/diagnose", help="report folder (default runs/diagnose)")
     add_option(p, "--seed", help="random seed: subsamples, κ pairs and half-samples (default 42)")
     add_options(p, "--threads", "--trust-remote-code")
-    p.set_defaults(func=run)
 
 
 def _check_args(args: argparse.Namespace) -> None:

@@ -21,17 +21,14 @@ from st_magnitude.cli._args import (
     values,
 )
 
+DESCRIPTION = (
+    "Encode queries with encode_query and documents with encode_document, score with the model's own "
+    "similarity, exact search, metrics from pytrec_eval (via BEIR). Pooled AUC follows paper 001 §5.1 "
+    "(all positives + 500 hardest negatives per query, pooled)."
+)
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    p = subparsers.add_parser(
-        name,
-        help=help,
-        description=(
-            "Encode queries with encode_query and documents with encode_document, score with the model's own "
-            "similarity, exact search, metrics from pytrec_eval (via BEIR). Pooled AUC follows paper 001 §5.1 "
-            "(all positives + 500 hardest negatives per query, pooled)."
-        ),
-    )
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
     add_options(p, "--data", "--split", "--max-corpus", "--max-queries", "--seed")
     p.add_argument(
@@ -47,7 +44,6 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> 
     add_options(p, "--threads")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
     add_options(p, "--trust-remote-code")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

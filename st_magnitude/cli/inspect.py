@@ -8,11 +8,9 @@ import json
 from st_magnitude.cli._args import add_options, check_model_path
 
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    p = subparsers.add_parser(name, help=help)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="SentenceTransformer folder or hub id")
     add_options(p, "--trust-remote-code")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

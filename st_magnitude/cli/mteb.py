@@ -8,13 +8,10 @@ import os
 
 from st_magnitude.cli._args import SUBSAMPLE, add_option, add_options, check_output_dir, removed_on_failure, values
 
+DESCRIPTION = "mteb CLI shim: registers local models and BEIR folders, then runs `mteb` itself."
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    m = subparsers.add_parser(
-        name,
-        help=help,
-        description="mteb CLI shim: registers local models and BEIR folders, then runs `mteb` itself.",
-    )
+
+def add_arguments(m: argparse.ArgumentParser) -> None:
     msub = m.add_subparsers(dest="mteb_command", metavar="MTEB_COMMAND")
     r = msub.add_parser(
         "run",
@@ -50,11 +47,11 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> 
         r, "--on-missing", help="judged ids missing from a local folder's corpus/queries: fail (default) or drop them"
     )
     add_options(r, "--trust-remote-code")
-    r.set_defaults(func=run)
+    r.set_defaults(func=_run)
     m.set_defaults(func=lambda args: (m.print_help(), 2)[1])
 
 
-def run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     from st_magnitude.integrations.mteb import mteb_cli
 
     if not args.tasks and not args.benchmarks:

@@ -10,19 +10,19 @@ from pathlib import Path
 
 from st_magnitude.cli._args import add_options, values
 
-__all__ = ["DEFAULT_REPORT", "DEFAULT_RESULTS", "add_parser"]
+__all__ = ["DEFAULT_REPORT", "DEFAULT_RESULTS", "add_arguments", "run"]
 
 DEFAULT_RESULTS = "docs/replication/results"
 DEFAULT_REPORT = "docs/replication.md"
 
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    p = subparsers.add_parser(
-        name,
-        help=help,
-        description="Run one paper claim with N seeds and write its result JSON; --list names the claims; "
-        "--report regenerates docs/replication.md from the result JSONs.",
-    )
+DESCRIPTION = (
+    "Run one paper claim with N seeds and write its result JSON; --list names the claims; "
+    "--report regenerates docs/replication.md from the result JSONs."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("claim", nargs="?", help="claim id (see --list)")
     p.add_argument("--list", action="store_true", help="list the claims and exit")
     p.add_argument("--report", action="store_true", help=f"regenerate {DEFAULT_REPORT} from the result JSONs")
@@ -48,7 +48,6 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> 
         help="recompute the comparisons and verdict of a finished run from its full JSON (no training)",
     )
     p.add_argument("--tag", default=None, help="name a variant run (kept beside the main result, not replacing it)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,8 +19,7 @@ from st_magnitude.cli._args import check_output_file, non_negative_int, positive
 logger = logging.getLogger(__name__)
 
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    parser = subparsers.add_parser(name, help=help)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="scaling_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 

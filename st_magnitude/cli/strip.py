@@ -7,11 +7,9 @@ import argparse
 from st_magnitude.cli._args import check_output_dir
 
 
-def add_parser(subparsers: argparse._SubParsersAction, name: str, help: str) -> None:
-    p = subparsers.add_parser(name, help=help)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="saved SentenceTransformer folder")
     p.add_argument("-o", "--output", help="write the stripped copy here (default: edit in place, atomically)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
