@@ -1,6 +1,5 @@
 """Integrations: local BEIR folders (:mod:`.data`), BEIR (:mod:`.beir`), mteb (:mod:`.mteb`), model loading and
-role checks (:mod:`.models`), and what the ``st-magnitude evaluate`` / ``mteb run`` commands (:mod:`st_magnitude.cli`)
-run (:mod:`.evaluate`, :func:`.mteb.mteb_cli`).
+role checks (:mod:`.models`), and the ``st-magnitude evaluate`` / ``st-magnitude mteb run`` commands (:mod:`.cli`).
 
 mteb is imported lazily (it needs Python >= 3.11 and is slow to import)."""
 
