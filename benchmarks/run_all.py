@@ -23,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-DATA = Path(os.environ.get("ST_MAGNITUDE_DATA_DIR", ROOT.parent / "shared" / "data" / "beir"))
+DATA = Path(os.environ.get("ST_MAGNITUDE_DATA", ROOT.parent / "shared" / "data")) / "beir"  # docs: Data
 
 #: name -> (script, reduced arguments, full arguments)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {

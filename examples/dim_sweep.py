@@ -7,7 +7,7 @@ Recipes (st_magnitude.losses.margin_contrastive):
          negatives are the other queries' positives, 1:1. Hard negatives: BM25 top-``--neg-pool`` non-positives.
   ettin  Transformer + Pooling + Dense(384→m) + Normalize; CE with τ = 0.02 over every in-batch passage.
 
-The teacher is BM25 (st_magnitude.scaling.bm25; the paper's cross-encoder cannot be downloaded offline).
+The teacher is BM25 (st_magnitude.data.bm25; the paper's cross-encoder cannot be downloaded offline).
 
 Examples:
   # CPU, small (NanoBEIR-style subsampled eval corpora: positives + seeded distractors)
@@ -295,7 +295,7 @@ def main(argv=None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True
     t_start = time.time()
 
-    from st_magnitude.scaling.bm25 import BM25Scorer
+    from st_magnitude.data.bm25 import BM25Scorer
 
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))
@@ -340,9 +340,9 @@ def main(argv=None) -> int:
             torch.manual_seed(args.seed)
             sampler.rng = random.Random(args.seed)  # same batches for every dimension
             model = build_model(args.model, dim, args.recipe, args.max_seq_length, args.seed, args.device)
-            from st_magnitude.modules.dimension_projection import DimensionProjection
+            from st_magnitude.modules.dimension_projection import is_dimension_projection
 
-            proj = {id(p) for m in model.modules() if isinstance(m, DimensionProjection) for p in m.parameters()}
+            proj = {id(p) for m in model.modules() if is_dimension_projection(m) for p in m.parameters()}
             backbone = sum(p.numel() for p in model.parameters() if id(p) not in proj)
             loss_fn = BertRecipeLoss(model) if args.recipe == "bert" else EttinRecipeLoss(model)
             final_loss, secs = train(

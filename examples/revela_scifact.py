@@ -137,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+    from st_magnitude.data.revela import (
+        RevelaDataCollator,
+        RevelaGroupBatchSampler,
+        build_revela_dataset,
+        randomize_groups,
+    )
     from st_magnitude.losses.revela import (
         REVELA_PROMPTS,
         RevelaLoss,
@@ -144,13 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         revela_callbacks,
         revela_lora_config,
     )
-    from st_magnitude.losses.revela_attention import active_pairs
-    from st_magnitude.revela_data import (
-        RevelaDataCollator,
-        RevelaGroupBatchSampler,
-        build_revela_dataset,
-        randomize_groups,
-    )
+    from st_magnitude.modules.revela_attention import active_pairs
 
     retriever_path = args.retriever
     prompts: dict[str, str] = {}

@@ -15,12 +15,6 @@ CORNER_GAMMAS: dict[str, tuple[float, float]] = {
     "dnorm": (0.0, 1.0),
 }
 
-#: Similarities a model can carry with :func:`st_magnitude.apply_similarity` (per-role rescalings φ_γq, φ_γd).
-CARRIABLE_SIMILARITY_NAMES: tuple[str, ...] = ("cosine", "dot", "qnorm", "dnorm", "learnable")
-
-#: Names accepted by :func:`st_magnitude.get_similarity`: the carriable ones and sim_TN (L2Dir, paper 002).
-SIMILARITY_NAMES: tuple[str, ...] = (*CARRIABLE_SIMILARITY_NAMES, "tn")
-
 _ALIASES = {
     "cos": "cosine",
     "cos_sim": "cosine",
@@ -37,17 +31,6 @@ _ALIASES = {
 }
 
 
-def validate_similarity_name(name: str) -> str:
-    """Return the canonical similarity name, or raise a ``ValueError`` that lists the valid names."""
-    if not isinstance(name, str):
-        raise TypeError(f"similarity must be a name (one of {list(SIMILARITY_NAMES)}), got {type(name).__name__}")
-    key = name.strip().lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
-    if key not in SIMILARITY_NAMES:
-        raise ValueError(f"Unknown similarity {name!r}. Valid names: {', '.join(SIMILARITY_NAMES)}.")
-    return key
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # registry: the one place that says which names exist and what each can do (CLI choices, apply_similarity, ...)
 # ----------------------------------------------------------------------------------------------------------------
@@ -57,8 +40,10 @@ class SimilaritySpec:
 
     Attributes:
         name: canonical name (what :func:`get_similarity` accepts; aliases resolve to it).
-        gammas: the fixed (γq, γd) of a per-role rescaling; ``None`` when γ is learned (``learnable``) or the
-            similarity is not a per-role rescaling (``tn``).
+        power_norm: a member of the power-norm family s(q, d) = qᵀd / (‖q‖^γq ‖d‖^γd) (paper 000 eqs. 3–7): its class
+            is a :class:`~st_magnitude.similarity.PowerNormSimilarity` and has ``gammas()``. Only these have γ.
+        gammas: the fixed (γq, γd) of a power-norm member; ``None`` when γ is learned (``learnable``) or the
+            similarity has no γ at all (``tn``, not a power-norm member).
         carriable: a model can carry it (:func:`st_magnitude.apply_similarity`, ``st-magnitude convert``), i.e. it is
             φ_γq(q)·φ_γd(d) and embeddings can be scored with a plain dot product after the model's rescaling.
         symmetric: s(a, b) == s(b, a) for *every* parameter value (paper 000 Prop. 2.1). ``learnable`` is False:
@@ -67,6 +52,7 @@ class SimilaritySpec:
     """
 
     name: str
+    power_norm: bool
     gammas: tuple[float, float] | None
     carriable: bool
     symmetric: bool
@@ -76,14 +62,32 @@ class SimilaritySpec:
 #: Every similarity name, in display order, with its capabilities. Read it through :func:`similarity_names`,
 #: :func:`is_carriable`, :func:`gammas_of` and :func:`similarity_spec`.
 SIMILARITY_REGISTRY: dict[str, SimilaritySpec] = {
-    "cosine": SimilaritySpec("cosine", CORNER_GAMMAS["cosine"], carriable=True, symmetric=True, learnable=False),
-    "dot": SimilaritySpec("dot", CORNER_GAMMAS["dot"], carriable=True, symmetric=True, learnable=False),
-    "qnorm": SimilaritySpec("qnorm", CORNER_GAMMAS["qnorm"], carriable=True, symmetric=False, learnable=False),
-    "dnorm": SimilaritySpec("dnorm", CORNER_GAMMAS["dnorm"], carriable=True, symmetric=False, learnable=False),
-    "learnable": SimilaritySpec("learnable", None, carriable=True, symmetric=False, learnable=True),
-    "tn": SimilaritySpec("tn", None, carriable=False, symmetric=True, learnable=False),
+    **{
+        name: SimilaritySpec(name, power_norm=True, gammas=g, carriable=True, symmetric=g[0] == g[1], learnable=False)
+        for name, g in CORNER_GAMMAS.items()
+    },
+    "learnable": SimilaritySpec(
+        "learnable", power_norm=True, gammas=None, carriable=True, symmetric=False, learnable=True
+    ),
+    "tn": SimilaritySpec("tn", power_norm=False, gammas=None, carriable=False, symmetric=True, learnable=False),
 }
-assert tuple(n for n, spec in SIMILARITY_REGISTRY.items() if spec.carriable) == CARRIABLE_SIMILARITY_NAMES
+
+#: Names accepted by :func:`st_magnitude.get_similarity`: the power-norm family and sim_TN (L2Dir, paper 002).
+SIMILARITY_NAMES: tuple[str, ...] = tuple(SIMILARITY_REGISTRY)
+
+#: Similarities a model can carry with :func:`st_magnitude.apply_similarity` (per-role rescalings φ_γq, φ_γd).
+CARRIABLE_SIMILARITY_NAMES: tuple[str, ...] = tuple(n for n, spec in SIMILARITY_REGISTRY.items() if spec.carriable)
+
+
+def validate_similarity_name(name: str) -> str:
+    """Return the canonical similarity name, or raise a ``ValueError`` that lists the valid names."""
+    if not isinstance(name, str):
+        raise TypeError(f"similarity must be a name (one of {list(SIMILARITY_NAMES)}), got {type(name).__name__}")
+    key = name.strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in SIMILARITY_NAMES:
+        raise ValueError(f"Unknown similarity {name!r}. Valid names: {', '.join(SIMILARITY_NAMES)}.")
+    return key
 
 
 def similarity_spec(name: str) -> SimilaritySpec:
@@ -97,15 +101,19 @@ def similarity_names(
     symmetric: bool | None = None,
     learnable: bool | None = None,
     fixed_gammas: bool | None = None,
+    power_norm: bool | None = None,
 ) -> tuple[str, ...]:
     """Canonical names (registry order) matching every filter that is not ``None``.
 
     Examples: ``similarity_names()`` → all six; ``similarity_names(carriable=True)`` → cosine, dot, qnorm, dnorm,
     learnable (what ``convert`` accepts); ``similarity_names(fixed_gammas=True)`` → the four corners;
-    ``similarity_names(symmetric=True)`` → cosine, dot, tn (valid for STS / clustering).
+    ``similarity_names(symmetric=True)`` → cosine, dot, tn (valid for STS / clustering);
+    ``similarity_names(power_norm=True)`` → the members that have γ (the four corners and learnable).
     """
     out = []
     for name, spec in SIMILARITY_REGISTRY.items():
+        if power_norm is not None and spec.power_norm != power_norm:
+            continue
         if carriable is not None and spec.carriable != carriable:
             continue
         if symmetric is not None and spec.symmetric != symmetric:
@@ -126,3 +134,12 @@ def is_carriable(name: str) -> bool:
 def gammas_of(name: str) -> tuple[float, float] | None:
     """The fixed (γq, γd) of a name, or ``None`` for ``learnable`` (learned γ) and ``tn`` (no γ at all)."""
     return similarity_spec(name).gammas
+
+
+def name_of_gammas(gamma_query: float, gamma_document: float) -> str | None:
+    """The registered name whose fixed γ are (γq, γd) — ``(1, 0)`` → ``"qnorm"`` — or ``None`` (fractional γ).
+
+    The one γ → name lookup of the package (model cards, loss configs, ``apply_similarity``, descriptions).
+    """
+    gammas = (float(gamma_query), float(gamma_document))
+    return next((name for name, spec in SIMILARITY_REGISTRY.items() if spec.gammas == gammas), None)

@@ -42,12 +42,13 @@ from st_magnitude._surgery import replace_modules
 from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
 from st_magnitude.modules.role_normalize import RoleNormalize
 from st_magnitude.similarity import (
-    CORNER_GAMMAS,
     DEFAULT_EPS,
     LearnableSimilarity,
     PowerNormSimilarity,
     Similarity,
+    gammas_of,
     is_carriable,
+    name_of_gammas,
     similarity_names,
     validate_similarity_name,
 )
@@ -308,22 +309,21 @@ def apply_similarity(
             "model.truncate_dim = None, convert, then call st_magnitude.truncate_model(model, "
             f"{model.truncate_dim}) (it truncates before the normalisation)."
         )
-    if isinstance(similarity, Similarity):
-        if isinstance(similarity, LearnableSimilarity):
-            name, gammas = "learnable", (similarity.gamma_query, similarity.gamma_document)
-            init_gamma = gammas
-        else:
-            gammas = (similarity.gamma_query, similarity.gamma_document)
-            name = next((k for k, v in CORNER_GAMMAS.items() if v == gammas), "fractional")
+    name = similarity.name if isinstance(similarity, Similarity) else validate_similarity_name(similarity)
+    if not (isinstance(similarity, PowerNormSimilarity) or (isinstance(similarity, str) and is_carriable(name))):
+        carriable = ", ".join(similarity_names(carriable=True))
+        raise ValueError(
+            f"Similarity {name!r} is not a per-role rescaling and cannot be carried by a model; "
+            f"apply_similarity accepts: {carriable} (or a PowerNormSimilarity instance)."
+        )
+    if isinstance(similarity, LearnableSimilarity):
+        name, gammas = "learnable", (similarity.gamma_query, similarity.gamma_document)
+        init_gamma = gammas
+    elif isinstance(similarity, PowerNormSimilarity):
+        gammas = (similarity.gamma_query, similarity.gamma_document)
+        name = name_of_gammas(*gammas) or "fractional"
     else:
-        name = validate_similarity_name(similarity)
-        if not is_carriable(name):
-            carriable = ", ".join(similarity_names(carriable=True))
-            raise ValueError(
-                f"Similarity {name!r} is not a per-role rescaling and cannot be carried by a model; "
-                f"apply_similarity accepts: {carriable}."
-            )
-        gammas = CORNER_GAMMAS.get(name)
+        gammas = gammas_of(name)
 
     # a cosine model (plain, ending in Normalize) is about to lose its normalisation; re-converting an
     # already-converted model is not a strip
@@ -654,7 +654,7 @@ def _served_name(model: SentenceTransformer) -> str | None:
         if isinstance(m, RoleNormalize):
             return "learnable" if m.learnable else "fractional"
     gammas = model_gammas(model)
-    return None if gammas is None else next((k for k, v in CORNER_GAMMAS.items() if v == gammas), None)
+    return None if gammas is None else name_of_gammas(*gammas)
 
 
 def _card_note(model: SentenceTransformer) -> str:

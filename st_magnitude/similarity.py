@@ -1,6 +1,13 @@
-"""The magnitude-aware similarity family — the only place this math lives.
+"""The magnitude-aware similarities — the only place this math lives — and the classes behind the registry.
 
-Every variant of paper 000 ("Beyond the Unit Hypersphere", Feng & Watanabe) is a per-role rescaling followed by a
+Contract: every similarity is a :class:`Similarity` (matrix form, pairwise form, ``symmetric``, ``name``). The
+power-norm family (:class:`PowerNormSimilarity`: cosine, dot, qnorm, dnorm, learnable) adds γ and the per-role
+rescalings a model can carry; ``tn`` (sim_TN, paper 002) is a :class:`Similarity` with neither. Which names exist and
+what each can do (class, symmetric, carriable, fixed γ) is answered by one registry: :func:`similarity_spec`,
+:func:`similarity_names`, :func:`name_of_gammas`, :func:`similarity_class` (names in the torch-free
+``st_magnitude._similarity_names``, classes here).
+
+Every member of paper 000 ("Beyond the Unit Hypersphere", Feng & Watanabe) is a per-role rescaling followed by a
 dot product::
 
     s(q, d) = φ_γq(q) · φ_γd(d),        φ_γ(v) = v / ‖v‖^γ
@@ -26,6 +33,7 @@ The first argument is always the query side, the second the document side.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Any
@@ -41,6 +49,7 @@ from st_magnitude._similarity_names import (  # torch-free, for the CLI; re-expo
     SimilaritySpec,
     gammas_of,
     is_carriable,
+    name_of_gammas,
     similarity_names,
     similarity_spec,
     validate_similarity_name,
@@ -60,10 +69,20 @@ __all__ = [
     "QNormSimilarity",
     "DNormSimilarity",
     "LearnableSimilarity",
+    "TNSimilarity",
     "get_similarity",
+    "similarity_class",
     "phi",
     "safe_norm",
     "validate_similarity_name",
+    "CARRIABLE_SIMILARITY_NAMES",
+    "SIMILARITY_REGISTRY",
+    "SimilaritySpec",
+    "similarity_spec",
+    "similarity_names",
+    "is_carriable",
+    "gammas_of",
+    "name_of_gammas",
 ]
 
 
@@ -118,9 +137,12 @@ def _check_inputs(a: Tensor, b: Tensor, pairwise: bool) -> tuple[Tensor, Tensor]
 
 
 class Similarity(nn.Module):
-    """Base class: ``forward(q, d)`` is the matrix form, :meth:`pairwise` the row-wise form.
+    """The contract every similarity of the package meets: a matrix form and a pairwise form of s(query, document).
 
-    Subclasses implement :meth:`gammas` (the current (γq, γd)); everything else follows from φ_γ.
+    ``forward(Q[B, n], D[M, n]) -> [B, M]`` (usable as ``similarity_fct`` of sentence-transformers losses),
+    :meth:`pairwise` ``(Q[B, n], D[B, n]) -> [B]``, :attr:`symmetric`, :attr:`requires_roles`, ``name`` and
+    :meth:`get_config_dict`. Nothing about γ: only the power-norm family (:class:`PowerNormSimilarity`) has γ, so
+    ask ``isinstance(sim, PowerNormSimilarity)`` (or the registry, :func:`similarity_spec`) before reading them.
     """
 
     name: str = "similarity"
@@ -131,9 +153,56 @@ class Similarity(nn.Module):
             raise ValueError(f"eps must be a positive finite float, got {eps!r}")
         self.eps = float(eps)
 
+    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
+        """Matrix form: ``[B, n] x [M, n] -> [B, M]``; row i holds query i against every document."""
+        raise NotImplementedError
+
+    def pairwise(self, queries: Tensor, documents: Tensor) -> Tensor:
+        """Pairwise form: ``[B, n] x [B, n] -> [B]``; entry i is s(q_i, d_i)."""
+        raise NotImplementedError
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether s(a, b) == s(b, a) for all a, b with the current parameters."""
+        raise NotImplementedError
+
+    @property
+    def requires_roles(self) -> bool:
+        """True when query and document inputs must be encoded in their own roles."""
+        return not self.symmetric
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def __repr__(self) -> str:  # used by ST's model card when rendering loss configs
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+
+class PowerNormSimilarity(Similarity):
+    """The power-norm family: s(q, d) = φ_γq(q) · φ_γd(d) = qᵀd / (‖q‖^γq ‖d‖^γd) (paper 000 eqs. 3–7).
+
+    Built directly it has constant γ ∈ [0, 1] (``PowerNormSimilarity(0.5, 0.5)``; at a corner its ``name`` is that
+    corner's, e.g. ``"qnorm"`` for (1, 0)); :class:`LearnableSimilarity` is the member whose γ are trained. Every
+    member has :meth:`gammas`, ``gamma_query`` / ``gamma_document`` and the per-role rescalings
+    :meth:`transform_query` / :meth:`transform_document` a model can carry.
+    """
+
+    name = "power_norm"
+
+    def __init__(self, gamma_query: float, gamma_document: float, eps: float = DEFAULT_EPS) -> None:
+        super().__init__(eps=eps)
+        for label, g in (("gamma_query", gamma_query), ("gamma_document", gamma_document)):
+            if not (0.0 <= float(g) <= 1.0):
+                raise ValueError(f"{label} must lie in [0, 1], got {g!r}")
+        self._gq = float(gamma_query)
+        self._gd = float(gamma_document)
+        if type(self) is PowerNormSimilarity:
+            self.name = name_of_gammas(self._gq, self._gd) or PowerNormSimilarity.name
+
     # --- the math ---------------------------------------------------------------------------------------------
     def gammas(self) -> tuple[float | Tensor, float | Tensor]:
-        raise NotImplementedError
+        """The current (γq, γd): floats for a fixed member, 0-d tensors for :class:`LearnableSimilarity`."""
+        return self._gq, self._gd
 
     def transform_query(self, q: Tensor) -> Tensor:
         """φ_γq(q): what a model serving this similarity emits for queries."""
@@ -169,39 +238,11 @@ class Similarity(nn.Module):
         """Whether s(a, b) == s(b, a) for all a, b (paper 000 Prop. 2.1): only when γq == γd."""
         return self.gamma_query == self.gamma_document
 
-    @property
-    def requires_roles(self) -> bool:
-        """True when query and document inputs must be encoded in their own roles."""
-        return not self.symmetric
-
     def get_config_dict(self) -> dict[str, Any]:
         return {"name": self.name, "gamma_query": self.gamma_query, "gamma_document": self.gamma_document}
 
     def extra_repr(self) -> str:
         return f"gamma_query={self.gamma_query:.4f}, gamma_document={self.gamma_document:.4f}"
-
-    def __repr__(self) -> str:  # used by ST's model card when rendering loss configs
-        return f"{type(self).__name__}({self.extra_repr()})"
-
-
-class PowerNormSimilarity(Similarity):
-    """Fixed-exponent member of the family: s(q, d) = qᵀd / (‖q‖^γq ‖d‖^γd) with constant γ ∈ [0, 1]."""
-
-    name = "power_norm"
-
-    def __init__(self, gamma_query: float, gamma_document: float, eps: float = DEFAULT_EPS) -> None:
-        super().__init__(eps=eps)
-        for label, g in (("gamma_query", gamma_query), ("gamma_document", gamma_document)):
-            if not (0.0 <= float(g) <= 1.0):
-                raise ValueError(f"{label} must lie in [0, 1], got {g!r}")
-        self._gq = float(gamma_query)
-        self._gd = float(gamma_document)
-        for corner, gs in CORNER_GAMMAS.items():
-            if gs == (self._gq, self._gd) and type(self) is PowerNormSimilarity:
-                self.name = corner
-
-    def gammas(self) -> tuple[float, float]:
-        return self._gq, self._gd
 
 
 class CosineSimilarity(PowerNormSimilarity):
@@ -240,109 +281,9 @@ class DNormSimilarity(PowerNormSimilarity):
         super().__init__(0.0, 1.0, eps=eps)
 
 
-class LearnableSimilarity(Similarity):
-    """Learnable normalisation: qᵀd / (‖q‖^γq ‖d‖^γd), γ = sigmoid(γ̂) (paper 000 eq. 7).
-
-    Two unconstrained scalars γ̂q, γ̂d, initialised so that γ = ``init_gamma`` (paper: 0.5, i.e. γ̂ = 0).
-    ∂s/∂γq = −ln‖q‖·s and ∂s/∂γd = −ln‖d‖·s (paper eqs. 38–39) follow from autograd.
-
-    Args:
-        init_gamma: initial γ for both sides, or a ``(γq, γd)`` pair; each in the open interval (0, 1).
-        eps: norm floor.
-        source: optional module holding ``gamma_query_logit`` / ``gamma_document_logit`` parameters (e.g. the
-            model's :class:`~st_magnitude.modules.RoleNormalize`); the similarity then shares those parameters
-            instead of owning its own, so training it trains the model's γ̂.
-    """
-
-    name = "learnable"
-
-    def __init__(
-        self,
-        init_gamma: float | tuple[float, float] = 0.5,
-        eps: float = DEFAULT_EPS,
-        source: nn.Module | None = None,
-    ) -> None:
-        super().__init__(eps=eps)
-        if source is not None:
-            if not (hasattr(source, "gamma_query_logit") and hasattr(source, "gamma_document_logit")):
-                raise ValueError("source must hold `gamma_query_logit` and `gamma_document_logit` parameters")
-            # stored in a list so the parameters are not registered twice (they belong to `source`)
-            self._source = [source]
-        else:
-            gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
-            for label, g in (("gamma_query", gq), ("gamma_document", gd)):
-                if not (0.0 < float(g) < 1.0):
-                    raise ValueError(f"initial {label} must lie in the open interval (0, 1), got {g!r}")
-            self._source = None
-            self.gamma_query_logit = nn.Parameter(torch.tensor(_logit(float(gq))))
-            self.gamma_document_logit = nn.Parameter(torch.tensor(_logit(float(gd))))
-
-    def _logits(self) -> tuple[Tensor, Tensor]:
-        holder = self._source[0] if self._source is not None else self
-        return holder.gamma_query_logit, holder.gamma_document_logit
-
-    def gammas(self) -> tuple[Tensor, Tensor]:
-        lq, ld = self._logits()
-        return torch.sigmoid(lq), torch.sigmoid(ld)
-
-    def transform_query(self, q: Tensor) -> Tensor:
-        return phi(q, self.gammas()[0].to(q.device), self.eps)
-
-    def transform_document(self, d: Tensor) -> Tensor:
-        return phi(d, self.gammas()[1].to(d.device), self.eps)
-
-    @property
-    def symmetric(self) -> bool:
-        lq, ld = self._logits()
-        return bool(torch.equal(lq.detach(), ld.detach()))
-
-
-def _logit(p: float) -> float:
-    return math.log(p / (1.0 - p))
-
-
-_CLASSES: dict[str, type[Similarity]] = {
-    "cosine": CosineSimilarity,
-    "dot": DotSimilarity,
-    "qnorm": QNormSimilarity,
-    "dnorm": DNormSimilarity,
-    "learnable": LearnableSimilarity,
-}
-
-
-def get_similarity(name: str | Similarity, **kwargs: Any) -> Similarity:
-    """Look a similarity up by name: one of ``cosine``, ``dot``, ``qnorm``, ``dnorm``, ``learnable``.
-
-    A :class:`Similarity` instance is returned unchanged. Keyword arguments go to the class (``eps`` for all,
-    ``init_gamma`` / ``source`` for ``learnable``). An unknown name raises ``ValueError`` listing the valid ones.
-
-    Example::
-
-        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-        loss = MultipleNegativesRankingLoss(model, similarity_fct=get_similarity("qnorm"))
-    """
-    if isinstance(name, Similarity):
-        if kwargs:
-            raise ValueError("keyword arguments are only accepted together with a similarity name")
-        return name
-    key = validate_similarity_name(name)
-    cls = _CLASSES[key]
-    if key != "learnable":
-        allowed = {"eps", "refine_ratio"} if key == "tn" else {"eps"}
-        unknown = set(kwargs) - allowed
-        if unknown:
-            raise ValueError(
-                f"similarity {key!r} accepts only {' and '.join(f'`{k}`' for k in sorted(allowed))}, "
-                f"got {sorted(unknown)}"
-            )
-    return cls(**kwargs)
-
-
 # ----------------------------------------------------------------------------------------------------------------
-# sim_TN (L2Dir, paper 002): appended for the InfoTN loss. Not a per-role rescaling, so a model cannot carry it.
+# sim_TN (L2Dir, paper 002): the InfoTN loss's similarity. Not a per-role rescaling, so a model cannot carry it.
 # ----------------------------------------------------------------------------------------------------------------
-
-
 class TNSimilarity(Similarity):
     """sim_TN(q, t) = 1 − ‖q − t‖ / (‖q‖ + ‖t‖) ∈ [0, 1] (L2Dir paper 002 eqs. 1 and 4).
 
@@ -361,7 +302,8 @@ class TNSimilarity(Similarity):
     the eps-smoothed ratio still lies in [0, 1]; the result is clamped to [0, 1] only to absorb rounding. Two zero
     vectors score 0.5 (the paper leaves zero vectors undefined). ``sim_TN(x, x) = 1 − sqrt(eps) / (2‖x‖)``.
 
-    It is not of the form φ_γq(q)·φ_γd(t), so :meth:`transform_query` / :meth:`transform_document` raise.
+    It is not of the form φ_γq(q)·φ_γd(t): not a :class:`PowerNormSimilarity`, so it has no γ and no per-role
+    rescaling, and a model cannot carry it (the registry says ``carriable=False``).
     """
 
     name = "tn"
@@ -371,18 +313,6 @@ class TNSimilarity(Similarity):
         if not (isinstance(refine_ratio, (int, float)) and 0.0 <= float(refine_ratio) <= 1.0):
             raise ValueError(f"refine_ratio must be a number in [0, 1], got {refine_ratio!r}")
         self.refine_ratio = float(refine_ratio)
-
-    def gammas(self) -> tuple[float, float]:
-        raise ValueError("tn is not a per-role rescaling; it cannot be carried by a model (it has no gammas).")
-
-    def transform_query(self, q: Tensor) -> Tensor:
-        raise ValueError(
-            "tn is not a per-role rescaling; it cannot be carried by a model. "
-            f"Similarities a model can carry: {', '.join(CARRIABLE_SIMILARITY_NAMES)}."
-        )
-
-    def transform_document(self, d: Tensor) -> Tensor:
-        return self.transform_query(d)
 
     def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
         """Matrix form ``[B, n] x [M, n] -> [B, M]`` (fp32), without building a ``[B, M, n]`` tensor."""
@@ -426,14 +356,6 @@ class TNSimilarity(Similarity):
         return (1.0 - dist / denom).clamp(0.0, 1.0)  # eq. 4: sim_TN = 1 − L_TN
 
     @property
-    def gamma_query(self) -> float:
-        raise ValueError("tn is not a per-role rescaling; it has no gamma_query.")
-
-    @property
-    def gamma_document(self) -> float:
-        raise ValueError("tn is not a per-role rescaling; it has no gamma_document.")
-
-    @property
     def symmetric(self) -> bool:
         return True
 
@@ -448,18 +370,113 @@ def _at_least_fp32(v: Tensor) -> Tensor:
     return v if v.dtype == torch.float64 else v.float()
 
 
-_CLASSES["tn"] = TNSimilarity
-__all__ += ["CARRIABLE_SIMILARITY_NAMES", "TNSimilarity"]
+def _at_least_fp32(v: Tensor) -> Tensor:
+    return v if v.dtype == torch.float64 else v.float()
 
 
-# the registry (names and capabilities) lives in the torch-free st_magnitude._similarity_names
-assert tuple(SIMILARITY_REGISTRY) == SIMILARITY_NAMES == tuple(_CLASSES)
+class LearnableSimilarity(PowerNormSimilarity):
+    """Learnable normalisation: qᵀd / (‖q‖^γq ‖d‖^γd), γ = sigmoid(γ̂) (paper 000 eq. 7).
 
-__all__ += [
-    "SIMILARITY_REGISTRY",
-    "SimilaritySpec",
-    "similarity_spec",
-    "similarity_names",
-    "is_carriable",
-    "gammas_of",
-]
+    Two unconstrained scalars γ̂q, γ̂d, initialised so that γ = ``init_gamma`` (paper: 0.5, i.e. γ̂ = 0).
+    ∂s/∂γq = −ln‖q‖·s and ∂s/∂γd = −ln‖d‖·s (paper eqs. 38–39) follow from autograd.
+
+    Args:
+        init_gamma: initial γ for both sides, or a ``(γq, γd)`` pair; each in the open interval (0, 1).
+        eps: norm floor.
+        source: optional module holding ``gamma_query_logit`` / ``gamma_document_logit`` parameters (e.g. the
+            model's :class:`~st_magnitude.modules.RoleNormalize`); the similarity then shares those parameters
+            instead of owning its own, so training it trains the model's γ̂.
+    """
+
+    name = "learnable"
+
+    def __init__(
+        self,
+        init_gamma: float | tuple[float, float] = 0.5,
+        eps: float = DEFAULT_EPS,
+        source: nn.Module | None = None,
+    ) -> None:
+        if source is not None:
+            if not (hasattr(source, "gamma_query_logit") and hasattr(source, "gamma_document_logit")):
+                raise ValueError("source must hold `gamma_query_logit` and `gamma_document_logit` parameters")
+            gq, gd = (
+                float(torch.sigmoid(p.detach())) for p in (source.gamma_query_logit, source.gamma_document_logit)
+            )
+        else:
+            gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
+            for label, g in (("gamma_query", gq), ("gamma_document", gd)):
+                if not (0.0 < float(g) < 1.0):
+                    raise ValueError(f"initial {label} must lie in the open interval (0, 1), got {g!r}")
+        super().__init__(gq, gd, eps=eps)  # the initial γ; gammas() below reads the trained γ̂
+        # `source` is stored in a list so its parameters are not registered twice (they belong to it)
+        self._source = [source] if source is not None else None
+        if source is None:
+            self.gamma_query_logit = nn.Parameter(torch.tensor(_logit(float(gq))))
+            self.gamma_document_logit = nn.Parameter(torch.tensor(_logit(float(gd))))
+
+    def _logits(self) -> tuple[Tensor, Tensor]:
+        holder = self._source[0] if self._source is not None else self
+        return holder.gamma_query_logit, holder.gamma_document_logit
+
+    def gammas(self) -> tuple[Tensor, Tensor]:
+        lq, ld = self._logits()
+        return torch.sigmoid(lq), torch.sigmoid(ld)
+
+    def transform_query(self, q: Tensor) -> Tensor:
+        return phi(q, self.gammas()[0].to(q.device), self.eps)
+
+    def transform_document(self, d: Tensor) -> Tensor:
+        return phi(d, self.gammas()[1].to(d.device), self.eps)
+
+    @property
+    def symmetric(self) -> bool:
+        lq, ld = self._logits()
+        return bool(torch.equal(lq.detach(), ld.detach()))
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+_CLASSES: dict[str, type[Similarity]] = {
+    "cosine": CosineSimilarity,
+    "dot": DotSimilarity,
+    "qnorm": QNormSimilarity,
+    "dnorm": DNormSimilarity,
+    "learnable": LearnableSimilarity,
+    "tn": TNSimilarity,
+}
+# the registry (names and capabilities) lives in the torch-free st_magnitude._similarity_names; the classes here
+assert tuple(_CLASSES) == SIMILARITY_NAMES
+assert all(issubclass(c, PowerNormSimilarity) == SIMILARITY_REGISTRY[n].power_norm for n, c in _CLASSES.items())
+
+
+def similarity_class(name: str) -> type[Similarity]:
+    """The class registered under a name or alias (``"qnorm"`` → :class:`QNormSimilarity`); unknown names raise."""
+    return _CLASSES[validate_similarity_name(name)]
+
+
+def get_similarity(name: str | Similarity, **kwargs: Any) -> Similarity:
+    """Look a similarity up by name: one of ``cosine``, ``dot``, ``qnorm``, ``dnorm``, ``learnable``, ``tn``.
+
+    A :class:`Similarity` instance is returned unchanged. Keyword arguments go to the class (``eps`` for all,
+    ``init_gamma`` / ``source`` for ``learnable``, ``refine_ratio`` for ``tn``); any other keyword, or an unknown
+    name, raises ``ValueError`` listing the valid ones.
+
+    Example::
+
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+        loss = MultipleNegativesRankingLoss(model, similarity_fct=get_similarity("qnorm"))
+    """
+    if isinstance(name, Similarity):
+        if kwargs:
+            raise ValueError("keyword arguments are only accepted together with a similarity name")
+        return name
+    key = validate_similarity_name(name)
+    cls = _CLASSES[key]
+    allowed = sorted(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+    unknown = set(kwargs) - set(allowed)
+    if unknown:
+        listed = ", ".join(f"`{k}`" for k in allowed[:-1]) + (" and " if len(allowed) > 1 else "") + f"`{allowed[-1]}`"
+        raise ValueError(f"similarity {key!r} accepts only {listed}, got {sorted(unknown)}")
+    return cls(**kwargs)

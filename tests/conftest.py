@@ -1,8 +1,9 @@
 """Offline test kit: tiny random models built in code, real-data locations, and shared fixtures.
 
 Nothing here touches the network: ``HF_HUB_OFFLINE=1`` is set before any model is built so a stray hub id fails
-at once. Real-model / real-data tests are marked ``slow`` and skip with a reason when the model wheel or
-``../shared/data`` is missing.
+at once. Real-model / real-data tests are marked ``slow`` and skip with a reason when the model wheel or the
+data folder is missing; the data folder is passed in with ``$ST_MAGNITUDE_DATA`` (``.ci/run`` sets it; default here
+``../shared/data`` next to the checkout), and tests hand it to the package explicitly.
 """
 
 from __future__ import annotations
@@ -161,3 +162,12 @@ def _st_left_unpatched():
     if symmetry_guard_installed():
         uninstall_symmetry_guard()
         pytest.fail("the test installed the symmetry guard and did not uninstall it")
+
+
+@pytest.fixture(scope="session")
+def stock_st(tiny_bert_dir, tmp_path_factory):
+    """Every saved model the "loads in stock ST" tests check, loaded in ONE fresh interpreter (see stock_st.py)."""
+    from stock_st import build_jobs, run_in_stock_st
+
+    root = tmp_path_factory.mktemp("stock_st")
+    return run_in_stock_st(build_jobs(tiny_bert_dir, root), root)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import numpy as np
@@ -108,77 +105,34 @@ def test_two_tower_router_gets_normalize_on_the_right_route(tiny_bert_dir):
     torch.testing.assert_close(d.norm(dim=-1), torch.ones(4))
 
 
-FRESH_PROCESS = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
-    from sentence_transformers import SentenceTransformer
-    path, out, trust = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-    model = SentenceTransformer(path, device="cpu", trust_remote_code=trust)
-    q = model.encode_query(json.loads(sys.argv[4]), convert_to_tensor=True)
-    d = model.encode_document(json.loads(sys.argv[5]), convert_to_tensor=True)
-    s = model.similarity(q, d)
-    np.savez(out, q=q.numpy(), d=d.numpy(), s=s.numpy(), sim=np.array(model.similarity_fn_name))
-    assert ("st_magnitude" in sys.modules) == trust, sorted(m for m in sys.modules if m.startswith("st_mag"))
-    """
-)
-
-
-def run_fresh(path, out, trust: bool) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            FRESH_PROCESS,
-            str(path),
-            str(out),
-            "1" if trust else "0",
-            json.dumps(QUERIES),
-            json.dumps(DOCS),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.mark.parametrize("name", ["cosine", "dot", "qnorm", "dnorm"])
-def test_saved_corner_model_loads_in_stock_st_without_the_plugin(tiny_model, tmp_path, name):
-    apply_similarity(tiny_model, name, warn_on_strip=False)
-    q = tiny_model.encode_query(QUERIES, convert_to_tensor=True)
-    d = tiny_model.encode_document(DOCS, convert_to_tensor=True)
-    tiny_model.save(str(tmp_path / "m"))
-    modules = json.loads((tmp_path / "m" / "modules.json").read_text())
+def test_saved_corner_model_loads_in_stock_st_without_the_plugin(stock_st, name):
+    # Given a corner model converted, encoded and saved (stock_st.build_jobs)
+    job = stock_st[name]
+    modules = json.loads((job.path / "modules.json").read_text())
     assert all(m["type"].startswith("sentence_transformers.") for m in modules)
-    # When a process that never imports st_magnitude loads it
-    proc = run_fresh(tmp_path / "m", tmp_path / "out.npz", trust=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = np.load(tmp_path / "out.npz")
+    # When a process that cannot import st_magnitude loads it (one process for all stock-ST checks)
+    job.check_loaded()
+    assert job.result["plugin_imported"] is False
     # Then embeddings and scores are identical
-    np.testing.assert_allclose(got["q"], q.numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(got["d"], d.numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(got["s"], tiny_model.similarity(q, d).numpy(), rtol=1e-6, atol=1e-6)
-    assert str(got["sim"]) == "dot"
+    got = job.arrays
+    np.testing.assert_allclose(got["q"], job.expected["q"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["d"], job.expected["d"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["s"], job.expected["s"], rtol=1e-6, atol=1e-6)
+    assert job.result["similarity_fn_name"] == "dot"
 
 
-def test_learnable_model_round_trips_with_trust_remote_code_and_keeps_gamma(tiny_model, tmp_path):
-    apply_similarity(tiny_model, "learnable", warn_on_strip=False)
-    role = tiny_model[-1]
-    with torch.no_grad():
-        role.gamma_query_logit.fill_(1.3)
-        role.gamma_document_logit.fill_(-0.7)
-    q = tiny_model.encode_query(QUERIES, convert_to_tensor=True)
-    d = tiny_model.encode_document(DOCS, convert_to_tensor=True)
-    tiny_model.save(str(tmp_path / "m"))
+def test_learnable_model_round_trips_with_trust_remote_code_and_keeps_gamma(stock_st):
+    # Given a learnable model with γ̂ = (1.3, -0.7), encoded and saved (stock_st.build_jobs)
+    job = stock_st["learnable"]
     # Without trust_remote_code stock ST refuses, and says which flag is needed
     with pytest.raises(ValueError, match="trust_remote_code=True"):
-        SentenceTransformer(str(tmp_path / "m"), device="cpu")
-    proc = run_fresh(tmp_path / "m", tmp_path / "out.npz", trust=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = np.load(tmp_path / "out.npz")
-    np.testing.assert_allclose(got["q"], q.numpy(), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(got["d"], d.numpy(), rtol=1e-6, atol=1e-6)
-    reloaded = SentenceTransformer(str(tmp_path / "m"), device="cpu", trust_remote_code=True)
+        SentenceTransformer(str(job.path), device="cpu")
+    job.check_loaded()
+    assert job.result["plugin_imported"] is True  # loaded with trust_remote_code, the block lifted
+    np.testing.assert_allclose(job.arrays["q"], job.expected["q"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(job.arrays["d"], job.expected["d"], rtol=1e-6, atol=1e-6)
+    reloaded = SentenceTransformer(str(job.path), device="cpu", trust_remote_code=True)
     assert isinstance(reloaded[-1], RoleNormalize)
     assert reloaded[-1].gamma_query == pytest.approx(torch.sigmoid(torch.tensor(1.3)).item())
     assert reloaded[-1].gamma_document == pytest.approx(torch.sigmoid(torch.tensor(-0.7)).item())

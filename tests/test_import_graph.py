@@ -145,7 +145,19 @@ def test_core_modules_stay_below_their_users():
         "st_magnitude.similarity": ("st_magnitude.convert", "st_magnitude.modules", "st_magnitude.losses"),
         "st_magnitude.convert": ("st_magnitude.guard", "st_magnitude.losses", "st_magnitude.evaluation"),
         "st_magnitude.evaluation._retrieval": ("st_magnitude.evaluation.ir", "st_magnitude.evaluation.auc"),
+        # training data (layer 4): below the losses that consume it, the evaluators and scaling that reuse it
+        "st_magnitude.data": ("st_magnitude.losses", "st_magnitude.evaluation", "st_magnitude.scaling"),
+        # the Revela attention function is a module (layer 2): no loss, no data code
+        "st_magnitude.modules.revela_attention": ("st_magnitude.losses", "st_magnitude.data"),
     }
     for low, uppers in below.items():
-        bad = sorted(d for d in graph[low] for up in uppers if d == up or d.startswith(up + "."))
+        lows = [m for m in graph if m == low or m.startswith(low + ".")]  # a package: each of its modules
+        bad = sorted(d for m in lows for d in graph[m] for up in uppers if d == up or d.startswith(up + "."))
         assert bad == [], f"{low} imports upward: {bad}"
+
+
+def test_data_package_imports_only_itself_and_lazy():
+    """``st_magnitude.data`` (title + text join, BM25, Revela chunk groups) depends on no other st_magnitude layer."""
+    graph = import_graph()
+    deps = {d for m, ds in graph.items() if m.startswith("st_magnitude.data") for d in ds}
+    assert {d for d in deps if not d.startswith("st_magnitude.data")} <= {"st_magnitude._lazy"}, sorted(deps)

@@ -326,34 +326,150 @@ def test_tn_refine_ratio_is_validated_and_configurable():
         get_similarity("dot", refine_ratio=0.1)
 
 
-# --- the registry: one source of truth for which names each command accepts ---
-def test_registry_answers_what_each_name_can_do():
-    from st_magnitude.similarity import (
-        CARRIABLE_SIMILARITY_NAMES,
-        SIMILARITY_NAMES,
-        SIMILARITY_REGISTRY,
-        gammas_of,
-        is_carriable,
-        similarity_names,
-    )
+# --- the registry: one source of truth for which names exist and what each can do ---
+from st_magnitude.similarity import (  # noqa: E402
+    CARRIABLE_SIMILARITY_NAMES,
+    SIMILARITY_NAMES,
+    CosineSimilarity,
+    DNormSimilarity,
+    DotSimilarity,
+    QNormSimilarity,
+    Similarity,
+    TNSimilarity,
+    gammas_of,
+    is_carriable,
+    name_of_gammas,
+    similarity_class,
+    similarity_names,
+    similarity_spec,
+)
 
-    assert similarity_names() == SIMILARITY_NAMES == tuple(SIMILARITY_REGISTRY)
-    assert (
-        similarity_names(carriable=True)
-        == CARRIABLE_SIMILARITY_NAMES
-        == ("cosine", "dot", "qnorm", "dnorm", "learnable")
+#: Written out by hand from paper 000 eqs. 3–7 / Prop. 2.1 and paper 002 eqs. 1, 4 — not derived from the registry.
+#: name: (class, power-norm member, fixed (γq, γd), carriable, symmetric for every parameter value, learnable)
+REGISTRY_TABLE = {
+    "cosine": (CosineSimilarity, True, (1.0, 1.0), True, True, False),
+    "dot": (DotSimilarity, True, (0.0, 0.0), True, True, False),
+    "qnorm": (QNormSimilarity, True, (1.0, 0.0), True, False, False),
+    "dnorm": (DNormSimilarity, True, (0.0, 1.0), True, False, False),
+    "learnable": (LearnableSimilarity, True, None, True, False, True),
+    "tn": (TNSimilarity, False, None, False, True, False),
+}
+
+
+def test_registry_names_are_the_table():
+    assert SIMILARITY_NAMES == similarity_names() == tuple(REGISTRY_TABLE)
+    assert CARRIABLE_SIMILARITY_NAMES == tuple(n for n, row in REGISTRY_TABLE.items() if row[3])
+
+
+@pytest.mark.parametrize("name", list(REGISTRY_TABLE))
+def test_registry_answers_every_question_for_every_name(name):
+    cls, power_norm, gammas, carriable, symmetric, learnable = REGISTRY_TABLE[name]
+    spec = similarity_spec(name)
+    assert (spec.name, spec.power_norm, spec.gammas, spec.carriable, spec.symmetric, spec.learnable) == (
+        name,
+        power_norm,
+        gammas,
+        carriable,
+        symmetric,
+        learnable,
     )
-    assert similarity_names(carriable=False) == ("tn",)
-    assert similarity_names(fixed_gammas=True) == ("cosine", "dot", "qnorm", "dnorm")
-    assert similarity_names(symmetric=True) == ("cosine", "dot", "tn")
-    assert similarity_names(learnable=True) == ("learnable",)
+    # name <-> class, and the instance keeps the contract the registry promises
+    assert similarity_class(name) is cls
+    sim = get_similarity(name)
+    assert type(sim) is cls and sim.name == name and isinstance(sim, Similarity)
+    assert is_carriable(name) is carriable and gammas_of(name) == gammas
+    assert isinstance(sim, PowerNormSimilarity) is power_norm
+    if power_norm:  # γ only for the power-norm family
+        gq, gd = sim.gammas()
+        assert (sim.gamma_query, sim.gamma_document) == tuple(torch.as_tensor(g).detach().item() for g in (gq, gd))
+        if gammas is not None:
+            assert (sim.gamma_query, sim.gamma_document) == gammas
+            assert name_of_gammas(*gammas) == name
+            assert PowerNormSimilarity(*gammas).name == name
+    else:  # no member that pretends: no gammas, no per-role rescaling
+        for attr in ("gammas", "gamma_query", "gamma_document", "transform_query", "transform_document"):
+            assert not hasattr(sim, attr), attr
+    if symmetric:
+        assert sim.symmetric and not sim.requires_roles
+    elif not learnable:
+        assert not sim.symmetric and sim.requires_roles
+    else:  # learnable: symmetric only while γq == γd
+        assert sim.symmetric and not get_similarity(name, init_gamma=(0.3, 0.7)).symmetric
+    # every name filter agrees with the table
+    for field, column in (("carriable", 3), ("symmetric", 4), ("learnable", 5), ("power_norm", 1)):
+        assert (name in similarity_names(**{field: True})) is REGISTRY_TABLE[name][column]
+    assert (name in similarity_names(fixed_gammas=True)) is (gammas is not None)
+
+
+def test_registry_lookups_handle_aliases_fractions_and_unknown_names():
     assert is_carriable("cos_sim") and not is_carriable("sim_tn")
-    assert gammas_of("qnorm") == (1.0, 0.0) and gammas_of("learnable") is None and gammas_of("tn") is None
-    for name in SIMILARITY_NAMES:
-        sim = get_similarity(name)
-        spec = SIMILARITY_REGISTRY[name]
-        if spec.gammas is not None:
-            assert (sim.gamma_query, sim.gamma_document) == spec.gammas
-        assert sim.symmetric == spec.symmetric or name == "learnable"  # learnable is symmetric only at γq = γd
-    with pytest.raises(ValueError, match="Valid names"):
-        is_carriable("euclid")
+    assert similarity_class("Doc-Norm") is DNormSimilarity
+    assert name_of_gammas(0.5, 0.5) is None and name_of_gammas(1, 0) == "qnorm"
+    assert PowerNormSimilarity(0.5, 0.5).name == "power_norm"
+    for lookup in (is_carriable, similarity_spec, similarity_class, gammas_of):
+        with pytest.raises(ValueError, match="Valid names: cosine, dot, qnorm, dnorm, learnable, tn"):
+            lookup("euclid")
+
+
+def test_get_similarity_lists_the_keywords_each_class_accepts():
+    with pytest.raises(ValueError, match="'qnorm' accepts only `eps`, got"):
+        get_similarity("qnorm", init_gamma=0.3)
+    with pytest.raises(ValueError, match="'tn' accepts only `eps` and `refine_ratio`"):
+        get_similarity("tn", init_gamma=0.3)
+    with pytest.raises(ValueError, match="'learnable' accepts only `eps`, `init_gamma` and `source`"):
+        get_similarity("learnable", refine_ratio=0.1)  # was a bare TypeError from the constructor
+
+
+def test_learnable_is_a_power_norm_member_sharing_a_source():
+    owner = LearnableSimilarity(init_gamma=(0.2, 0.9))
+    shared = LearnableSimilarity(source=owner)
+    assert isinstance(shared, PowerNormSimilarity) and list(shared.parameters()) == []
+    with torch.no_grad():
+        owner.gamma_query_logit.fill_(0.0)
+    assert shared.gamma_query == pytest.approx(0.5) and shared.gamma_document == pytest.approx(0.9)
+
+
+# --- consumers ask the contract (isinstance / registry), so tn is refused clearly or handled, never half-used ---
+def test_tn_in_exact_search_is_scored_as_is():
+    from st_magnitude.evaluation.search import topk_search
+
+    torch.manual_seed(0)
+    q, d = torch.randn(3, 5), torch.randn(20, 5)
+    tn = get_similarity("tn")
+    values, indices = topk_search(q, d, 4, score_fn=tn)  # raised "tn ... has no gammas" before
+    ref = tn(q, d).topk(4, dim=1)
+    torch.testing.assert_close(values, ref.values)
+    assert torch.equal(indices, ref.indices)
+
+
+def test_apply_similarity_refuses_tn_by_name_and_instance(tiny_model):
+    from st_magnitude import apply_similarity
+
+    for similarity in ("tn", TNSimilarity()):
+        with pytest.raises(ValueError, match="'tn' is not a per-role rescaling and cannot be carried by a model"):
+            apply_similarity(tiny_model, similarity)
+
+
+def test_apply_similarity_names_a_power_norm_instance_by_its_corner(tiny_model):
+    from st_magnitude import apply_similarity, carried_similarity, model_gammas
+
+    apply_similarity(tiny_model, PowerNormSimilarity(1.0, 0.0), warn_on_strip=False)
+    assert model_gammas(tiny_model) == (1.0, 0.0) and carried_similarity(tiny_model).name == "qnorm"
+
+
+def test_losses_refuse_a_similarity_without_gammas(tiny_model_raw):
+    from st_magnitude.losses._common import resolve_similarity
+
+    tiny_model = tiny_model_raw
+    with pytest.raises(
+        TypeError, match=r"similarity must be one of \['cosine', 'dot', 'qnorm', 'dnorm', 'learnable'\]"
+    ):
+        resolve_similarity(tiny_model, "tn", "SomeLoss")
+    assert resolve_similarity(tiny_model, PowerNormSimilarity(0.5, 0.5), "SomeLoss")[2] == "power_norm(0.5, 0.5)"
+
+
+def test_score_description_of_a_similarity_without_gammas(tiny_model):
+    from st_magnitude.evaluation._retrieval import resolve_score_fn
+
+    assert resolve_score_fn(tiny_model, "tn")[1] == "tn (eps=1e-08, refine_ratio=0.1)"
+    assert resolve_score_fn(tiny_model, "qnorm")[1] == "qnorm (gamma_query=1.0000, gamma_document=0.0000)"

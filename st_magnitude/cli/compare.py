@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss", type=_csv, default=("infonce",), help=f"comma-separated, from: {', '.join(LOSSES)}")
     p.add_argument("--train-data", default="nfcorpus", help="BEIR dataset name or folder to train on (train split)")
     p.add_argument("--eval-data", type=_csv, default=("nfcorpus", "scifact"), help="BEIR names or folders (test)")
-    p.add_argument("--data-dir", default=None, help="folder of local BEIR datasets (or $ST_MAGNITUDE_DATA_DIR)")
+    p.add_argument("--data-dir", default=None, help="data folder, holding beir/ (default $ST_MAGNITUDE_DATA)")
     p.add_argument("--output-dir", default="runs/compare", help="results folder (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="the quick profile (default)")
     p.add_argument(

@@ -16,13 +16,13 @@ from torch import Tensor
 from st_magnitude.evaluation.ir import encode_roles, exact_search, retrieval_metrics
 from st_magnitude.integrations.data import BEIRData, doc_text
 from st_magnitude.integrations.models import raw_model
-from st_magnitude.similarity import SIMILARITY_NAMES, get_similarity
+from st_magnitude.similarity import get_similarity, similarity_names
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["EVAL_SIMILARITIES", "cross_evaluation", "cross_evaluation_from_embeddings", "format_matrix"]
 
-EVAL_SIMILARITIES = ("cosine", "dot", "qnorm", "dnorm")
+EVAL_SIMILARITIES = similarity_names(fixed_gammas=True)  # cosine, dot, qnorm, dnorm
 
 
 def cross_evaluation_from_embeddings(
@@ -33,7 +33,7 @@ def cross_evaluation_from_embeddings(
 ) -> dict[str, dict[str, float]]:
     """``{train_name: {eval_similarity: metric}}`` from raw (query, corpus) embeddings in ``data`` order."""
     for s in eval_similarities:
-        if s not in SIMILARITY_NAMES or s == "learnable":
+        if s not in EVAL_SIMILARITIES:
             raise ValueError(f"evaluation similarities must be among {EVAL_SIMILARITIES}, got {s!r}")
     k = int(metric.split("@")[1]) if "@" in metric else 10
     kind = metric.split("@")[0]

@@ -55,20 +55,6 @@ from st_magnitude.similarity import CORNER_GAMMAS, safe_norm
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "FIM_FLOOR",
-    "KAPPA_MIN_PAIRS_PER_DIM",
-    "KAPPA_REPLICATE_PAIRS_PER_DIM",
-    "ConditionNumberResult",
-    "component_fim",
-    "component_fim_table",
-    "condition_number",
-    "fisher_matrix",
-    "kappa_min_pairs",
-    "pair_gradients",
-    "recommend_normalization",
-]
-
 #: floor for log10 of exact zeros (paper 000 Table 2 prints −20.0)
 FIM_FLOOR = 1e-20
 

@@ -26,18 +26,6 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = [
-    "NormStats",
-    "cohens_d",
-    "coefficient_of_variation",
-    "delta_cv",
-    "doc_norm_cohens_d",
-    "effect_size_band",
-    "label_free_doc_norm_cohens_d",
-    "norm_stats",
-    "pseudo_relevant_from_results",
-]
-
 
 class NormStats(dict):
     """``{"n", "mean", "std", "min", "max", "cv_percent"}`` of a set of norms."""

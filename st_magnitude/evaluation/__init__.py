@@ -58,13 +58,7 @@ __getattr__, __dir__ = lazy_exports(
         ".dual": ("DualSimilarityEvaluator", "MagnitudeCollapseDetected"),
         ".embeddings_store": ("EmbeddingStore", "encode_to_store"),
         ".search": ("ann_search", "build_faiss_index", "search_recall", "topk_search"),
-        ".ir": (
-            "RoleIREvaluator",
-            "doc_texts",
-            "encode_roles",
-            "exact_search",
-            "resolve_score_fn",
-            "retrieval_metrics",
-        ),
+        "._retrieval": ("encode_roles", "resolve_score_fn"),
+        ".ir": ("RoleIREvaluator", "doc_texts", "exact_search", "retrieval_metrics"),
     },
 )

@@ -57,7 +57,7 @@ def resolve_score_fn(model, similarity: str | Similarity | ScoreFn | None = None
         return model.similarity, f"model.similarity ({name})"
     if isinstance(similarity, (str, Similarity)):
         sim = get_similarity(similarity)
-        return sim, f"{sim.name} (γq={sim.gamma_query:g}, γd={sim.gamma_document:g})"
+        return sim, f"{sim.name} ({sim.extra_repr()})"
     if callable(similarity):
         return similarity, getattr(similarity, "__name__", type(similarity).__name__)
     raise TypeError(f"similarity must be None, a similarity name, a Similarity or a callable; got {similarity!r}")

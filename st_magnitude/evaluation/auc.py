@@ -27,8 +27,6 @@ from torch import Tensor
 from st_magnitude.evaluation._retrieval import (  # the pooled-AUC math lives below ir (no ir <-> auc cycle)
     AUCPools,
     ScoreFn,
-    _append_csv,
-    encode_roles,
     per_query_auc,
     pooled_auc_pools,
     pooled_auc_score,
@@ -130,20 +128,10 @@ class PooledAUCEvaluator(RoleIREvaluator):
         self.last_pools: AUCPools | None = None
 
     def evaluate_embeddings(self, query_embeddings: Tensor, corpus_embeddings: Tensor, score_fn: ScoreFn) -> dict:
-        pools = pooled_auc_pools(
-            query_embeddings,
-            corpus_embeddings,
-            self.query_ids,
-            self.corpus_ids,
-            self.qrels,
-            score_fn,
-            n_negatives=self.n_negatives,
-            ignore_identical_ids=self.ignore_identical_ids,
-        )
+        pools, metrics = self._pooled_auc(query_embeddings, corpus_embeddings, score_fn, self.n_negatives)
         self.last_pools = pools
         return {
-            "pooled_auc": pooled_auc_score(pools.positives, pools.negatives),
-            "per_query_auc": per_query_auc(pools),
+            **metrics,
             "n_positives": float(len(pools.positives)),
             "n_negatives": float(len(pools.negatives)),
         }
@@ -151,24 +139,14 @@ class PooledAUCEvaluator(RoleIREvaluator):
     def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         score_fn, desc = resolve_score_fn(model, self.similarity)
         logger.info("PooledAUCEvaluator %s: scoring with %s", self.name or "", desc)
-        q, d = encode_roles(
-            model,
-            self.queries,
-            self.corpus_texts,
-            batch_size=self.batch_size,
-            show_progress_bar=self.show_progress_bar,
-        )
+        q, d = self.encode(model)
         metrics = self.evaluate_embeddings(q, d, score_fn)
-        if output_path is not None:
+        tag = self.name or "eval"
+        if output_path is not None and self.write_png:
             os.makedirs(output_path, exist_ok=True)
-            tag = self.name or "eval"
-            _append_csv(os.path.join(output_path, f"pooled_auc_{tag}.csv"), epoch, steps, metrics)
-            if self.write_png:
-                suffix = "" if epoch == -1 and steps == -1 else f"_e{epoch}_s{steps}"
-                plot_roc({tag: self.last_pools}, os.path.join(output_path, f"roc_{tag}{suffix}.png"))
-        metrics = self.prefix_name_to_metrics(metrics, self.name)
-        self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
-        return metrics
+            suffix = "" if epoch == -1 and steps == -1 else f"_e{epoch}_s{steps}"
+            plot_roc({tag: self.last_pools}, os.path.join(output_path, f"roc_{tag}{suffix}.png"))
+        return self._report(model, metrics, output_path, f"pooled_auc_{tag}.csv", epoch, steps)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {**super().get_config_dict(), "n_negatives": self.n_negatives}

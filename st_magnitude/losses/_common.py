@@ -28,11 +28,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from st_magnitude.convert import carried_similarity, model_gammas
 from st_magnitude.similarity import (
-    CORNER_GAMMAS,
-    SIMILARITY_NAMES,
     LearnableSimilarity,
+    PowerNormSimilarity,
     Similarity,
     get_similarity,
+    name_of_gammas,
+    similarity_names,
 )
 
 logger = logging.getLogger(__name__)
@@ -45,10 +46,10 @@ class LossSimilarityWarning(UserWarning):
 
 
 def _name_of(sim: Similarity) -> str:
-    if isinstance(sim, LearnableSimilarity):
-        return "learnable"
+    if isinstance(sim, LearnableSimilarity) or not isinstance(sim, PowerNormSimilarity):
+        return sim.name
     gammas = (sim.gamma_query, sim.gamma_document)
-    return next((k for k, v in CORNER_GAMMAS.items() if v == gammas), f"power_norm{gammas}")
+    return name_of_gammas(*gammas) or f"power_norm{gammas}"
 
 
 def resolve_similarity(
@@ -66,9 +67,8 @@ def resolve_similarity(
         if similarity is not None:
             requested = get_similarity(similarity) if isinstance(similarity, str) else similarity
             both_learnable = isinstance(requested, LearnableSimilarity) and isinstance(carried, LearnableSimilarity)
-            same_fixed = not isinstance(requested, LearnableSimilarity) and not isinstance(
-                carried, LearnableSimilarity
-            )
+            same_fixed = isinstance(requested, PowerNormSimilarity) and not isinstance(requested, LearnableSimilarity)
+            same_fixed = same_fixed and not isinstance(carried, LearnableSimilarity)
             same_fixed = same_fixed and (requested.gamma_query, requested.gamma_document) == (
                 carried.gamma_query,
                 carried.gamma_document,
@@ -88,12 +88,14 @@ def resolve_similarity(
         if fn_name not in ("cosine", "dot"):
             raise ValueError(
                 f"{loss_name}: similarity=None means 'use what the model carries', but this model is not converted "
-                f"and its similarity_fn_name is {fn_name!r}. Pass one of {list(SIMILARITY_NAMES)}."
+                f"and its similarity_fn_name is {fn_name!r}. Pass one of {list(similarity_names(power_norm=True))}."
             )
         similarity = fn_name
     sim = get_similarity(similarity) if isinstance(similarity, str) else similarity
-    if not isinstance(sim, Similarity):
-        raise TypeError(f"{loss_name}: similarity must be a name in {list(SIMILARITY_NAMES)} or a Similarity")
+    if not isinstance(sim, PowerNormSimilarity):  # tn and other non-power-norm similarities have no γ to train
+        raise TypeError(
+            f"{loss_name}: similarity must be one of {list(similarity_names(power_norm=True))}, got {sim!r}"
+        )
     name = _name_of(sim)
     keeps_magnitude = isinstance(sim, LearnableSimilarity) or (sim.gamma_query, sim.gamma_document) != (1.0, 1.0)
     if keeps_magnitude and model_gammas(model) == (1.0, 1.0):

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from transformers import TrainerCallback
 
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
-from st_magnitude.losses.revela_attention import (
+from st_magnitude.modules.revela_attention import (
     REVELA_ATTENTION,
     STATE_KWARG,
     RevelaAttentionState,
@@ -153,7 +153,7 @@ class RevelaLoss(nn.Module):
                 from transformers import AutoModelForCausalLM, AutoTokenizer
 
                 from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss
-                from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler, build_revela_dataset
+                from st_magnitude.data.revela import RevelaDataCollator, RevelaGroupBatchSampler, build_revela_dataset
 
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
                 lm = AutoModelForCausalLM.from_pretrained("HuggingFaceTB/SmolLM2-135M")

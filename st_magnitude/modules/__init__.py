@@ -1,4 +1,8 @@
-"""Sentence-transformers modules carried by st-magnitude models."""
+"""Sentence-transformers modules carried by st-magnitude models.
+
+:mod:`st_magnitude.modules.revela_attention` (not re-exported here) is the attention function that
+:class:`~st_magnitude.losses.RevelaLoss` registers in transformers' ``AttentionInterface``.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ __all__ = [
     "add_dimension_projection",
     "check_projection",
     "dimension_grid",
+    "is_dimension_projection",
     "truncate_embeddings",
 ]
 
@@ -26,6 +31,7 @@ __getattr__, __dir__ = lazy_exports(
             "add_dimension_projection",
             "check_projection",
             "dimension_grid",
+            "is_dimension_projection",
             "truncate_embeddings",
         ),
         ".nap_head": ("NAPHead", "NAPInputTap"),

@@ -8,8 +8,8 @@ The paper (§3.1) projects every token hidden state with one affine layer and me
 Mean and affine maps commute (the pooling weights sum to one), so this equals masked mean pooling followed by
 ``Linear(d, m, bias=True)``: the projection sits *after* ``Pooling`` and costs one GEMV per text.
 
-Portability: a :class:`DimensionProjection` **is** sentence-transformers' built-in
-:class:`~sentence_transformers.base.modules.Dense` with the identity activation (constructing one returns a plain
+Portability: :func:`DimensionProjection` builds sentence-transformers' built-in
+:class:`~sentence_transformers.base.modules.Dense` with the identity activation (a factory returning a plain
 ``Dense``), so ``modules.json`` records ``sentence_transformers.base.modules.dense.Dense`` and a saved model loads
 in stock sentence-transformers with no plugin import and no ``trust_remote_code`` (ECOSYSTEM §2.4). ST's ``Dense``
 defaults to ``Tanh`` — not the paper's layer; :func:`check_projection` warns about that.
@@ -37,10 +37,11 @@ __all__ = [
     "add_dimension_projection",
     "check_projection",
     "dimension_grid",
+    "is_dimension_projection",
     "truncate_embeddings",
 ]
 
-#: Initialisations accepted by :class:`DimensionProjection` (paper 003 is silent).
+#: Initialisations accepted by :func:`DimensionProjection` (paper 003 is silent).
 PROJECTION_INITS: tuple[str, ...] = ("linear", "orthogonal", "identity")
 
 #: The paper's multiples of the native hidden size (§3.2): {1/4, ..., 16}, plus {1/16, 1/8} for larger BERTs.
@@ -52,24 +53,34 @@ class ProjectionActivationWarning(UserWarning):
     """A ``Dense`` with a non-identity activation (ST's default ``Tanh``) is used as the output projection."""
 
 
-class _ProjectionMeta(type):
-    """``isinstance(m, DimensionProjection)`` is true for every ST ``Dense`` that is a pure affine map."""
+def is_dimension_projection(module: Any) -> bool:
+    """Whether ``module`` is a :func:`DimensionProjection`: an ST ``Dense`` that is a pure affine map.
 
-    def __instancecheck__(cls, instance: Any) -> bool:
-        return (
-            isinstance(instance, Dense)
-            and isinstance(instance.activation_function, nn.Identity)
-            and not getattr(instance, "use_residual", False)
-        )
+    True for any ``Dense`` with the identity activation and no residual, including one built by hand or reloaded
+    by stock sentence-transformers; false for ST's default ``Dense`` (``Tanh``).
+    """
+    return (
+        isinstance(module, Dense)
+        and isinstance(module.activation_function, nn.Identity)
+        and not getattr(module, "use_residual", False)
+    )
 
 
-class DimensionProjection(metaclass=_ProjectionMeta):
+def DimensionProjection(  # a factory named as the layer it builds: users call it like a class
+    in_features: int,
+    out_features: int,
+    bias: bool = True,
+    init: str = "linear",
+    seed: int | None = None,
+    module_input_name: str = "sentence_embedding",
+    module_output_name: str | None = None,
+) -> Dense:
     """The paper's single affine output layer ``e = W·mean_pool(h) + b`` (no activation), as an ST ``Dense``.
 
-    Calling ``DimensionProjection(in_features, out_features, ...)`` returns a
+    A factory: ``DimensionProjection(in_features, out_features, ...)`` returns a
     :class:`sentence_transformers.base.modules.Dense` with ``activation_function=None`` (identity), so the saved
-    model needs no plugin at load time. ``isinstance(module, DimensionProjection)`` is true for any such ``Dense``
-    (identity activation, no residual), including one reloaded by stock sentence-transformers.
+    model needs no plugin at load time. Test a module with :func:`is_dimension_projection` (true for any such
+    ``Dense``: identity activation, no residual, including one reloaded by stock sentence-transformers).
 
     Args:
         in_features: input size, the pooled embedding dimension d (e.g. 384 for all-MiniLM-L6-v2).
@@ -90,33 +101,22 @@ class DimensionProjection(metaclass=_ProjectionMeta):
 
         proj = DimensionProjection(384, 1536)            # an ST Dense(384, 1536, activation=Identity)
     """
-
-    def __new__(  # type: ignore[misc]
-        cls,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        init: str = "linear",
-        seed: int | None = None,
-        module_input_name: str = "sentence_embedding",
-        module_output_name: str | None = None,
-    ) -> Dense:
-        for label, value in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
-        if init not in PROJECTION_INITS:
-            raise ValueError(f"Unknown init {init!r}. Valid inits: {', '.join(PROJECTION_INITS)}.")
-        weight, bias_value = _init_weights(in_features, out_features, bias, init, seed)
-        return Dense(
-            in_features,
-            out_features,
-            bias=bias,
-            activation_function=None,
-            init_weight=weight,
-            init_bias=bias_value,
-            module_input_name=module_input_name,
-            module_output_name=module_output_name,
-        )
+    for label, value in (("in_features", in_features), ("out_features", out_features)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive int, got {value!r}")
+    if init not in PROJECTION_INITS:
+        raise ValueError(f"Unknown init {init!r}. Valid inits: {', '.join(PROJECTION_INITS)}.")
+    weight, bias_value = _init_weights(in_features, out_features, bias, init, seed)
+    return Dense(
+        in_features,
+        out_features,
+        bias=bias,
+        activation_function=None,
+        init_weight=weight,
+        init_bias=bias_value,
+        module_input_name=module_input_name,
+        module_output_name=module_output_name,
+    )
 
 
 def _init_weights(
@@ -194,7 +194,7 @@ def add_dimension_projection(
     init: str = "linear",
     seed: int | None = None,
 ) -> Dense:
-    """Insert a :class:`DimensionProjection` into a SentenceTransformer, before any trailing ``Normalize``.
+    """Insert a :func:`DimensionProjection` into a SentenceTransformer, before any trailing ``Normalize``.
 
     The layer goes right after the last module that produces ``sentence_embedding`` (after ``Pooling`` and any
     existing ``Dense``), so ``[Transformer, Pooling, Normalize]`` becomes

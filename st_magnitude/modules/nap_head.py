@@ -31,15 +31,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from sentence_transformers.base.modules import Module, Normalize
+from sentence_transformers.base.modules import Normalize
 from torch import Tensor, nn
 
-from st_magnitude.modules._io import load_module
-
-try:
-    from typing import Self
-except ImportError:  # pragma: no cover - Python 3.10
-    from typing_extensions import Self
+from st_magnitude.modules._io import ConfigWeightsModule
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +72,7 @@ def modality_key(modality: Any) -> str:
     return str(modality)
 
 
-class NAPHead(Module):
+class NAPHead(ConfigWeightsModule):
     """Norm Alignment Projector: PO = NAP(h), never normalized (L2Dir paper 002 §3.3).
 
     Args:
@@ -187,35 +182,6 @@ class NAPHead(Module):
     def forward(self, features: dict[str, Tensor], **kwargs) -> dict[str, Tensor]:
         features[self.output_name] = self.project(features[self.input_name], features.get("modality"))
         return features
-
-    def get_config_dict(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in self.config_keys}
-
-    def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
-        self.save_config(output_path)
-        self.save_torch_weights(output_path, safe_serialization=safe_serialization)
-
-    @classmethod
-    def load(
-        cls,
-        model_name_or_path: str,
-        subfolder: str = "",
-        token: bool | str | None = None,
-        cache_folder: str | None = None,
-        revision: str | None = None,
-        local_files_only: bool = False,
-        **kwargs,
-    ) -> Self:
-        return load_module(
-            cls,
-            model_name_or_path,
-            subfolder=subfolder,
-            token=token,
-            cache_folder=cache_folder,
-            revision=revision,
-            local_files_only=local_files_only,
-            with_weights=True,
-        )
 
     def __repr__(self) -> str:
         shape = "Linear" if self.hidden_features is None else f"bottleneck({self.hidden_features}, {self.activation})"

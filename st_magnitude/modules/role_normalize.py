@@ -13,22 +13,15 @@ model needs ``trust_remote_code=True``.
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from typing import Any
 
 import torch
-from sentence_transformers.base.modules import Module
 from torch import Tensor, nn
 
 from st_magnitude._warnings import AsymmetricSimilarityWarning
-from st_magnitude.modules._io import load_module
-from st_magnitude.similarity import DEFAULT_EPS, LearnableSimilarity, PowerNormSimilarity, Similarity, phi
-
-try:
-    from typing import Self
-except ImportError:  # pragma: no cover - Python 3.10
-    from typing_extensions import Self
+from st_magnitude.modules._io import ConfigWeightsModule
+from st_magnitude.similarity import DEFAULT_EPS, LearnableSimilarity, PowerNormSimilarity, Similarity, _logit, phi
 
 logger = logging.getLogger(__name__)
 
@@ -42,17 +35,7 @@ _ROLE_ALIASES = {
 }
 
 
-def _learnable_at_init(config: dict[str, Any]) -> dict[str, Any]:
-    # A learnable module is built at γ = 0.5 (the saved γ may sit on the sigmoid's boundary after training, outside
-    # the open interval the constructor accepts); its weights file then restores the exact logits.
-    return {**config, "gamma_query": 0.5, "gamma_document": 0.5} if config.get("learnable") else config
-
-
-def _logit(p: float) -> float:
-    return math.log(p / (1.0 - p))
-
-
-class RoleNormalize(Module):
+class RoleNormalize(ConfigWeightsModule):
     """Rescale ``sentence_embedding`` by ``1 / ‖v‖^γ`` with a γ that depends on the input's role.
 
     Args:
@@ -68,7 +51,14 @@ class RoleNormalize(Module):
     """
 
     config_keys: list[str] = ["gamma_query", "gamma_document", "learnable", "default_role", "eps"]
+
     forward_kwargs: set[str] = {"task"}
+
+    @classmethod
+    def _prepare_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        # A learnable module is built at γ = 0.5 (the saved γ may sit on the sigmoid's boundary after training,
+        # outside the open interval the constructor accepts); its weights file then restores the exact logits.
+        return {**config, "gamma_query": 0.5, "gamma_document": 0.5} if config.get("learnable") else config
 
     def __init__(
         self,
@@ -163,36 +153,6 @@ class RoleNormalize(Module):
         emb = features["sentence_embedding"]
         features["sentence_embedding"] = phi(emb, self.gamma_for(role), self.eps)
         return features
-
-    def get_config_dict(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in self.config_keys}
-
-    def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
-        self.save_config(output_path)
-        if self.learnable:
-            self.save_torch_weights(output_path, safe_serialization=safe_serialization)
-
-    @classmethod
-    def load(
-        cls,
-        model_name_or_path: str,
-        subfolder: str = "",
-        token: bool | str | None = None,
-        cache_folder: str | None = None,
-        revision: str | None = None,
-        local_files_only: bool = False,
-        **kwargs,
-    ) -> Self:
-        return load_module(
-            cls,
-            model_name_or_path,
-            subfolder=subfolder,
-            token=token,
-            cache_folder=cache_folder,
-            revision=revision,
-            local_files_only=local_files_only,
-            prepare=_learnable_at_init,
-        )
 
     def __repr__(self) -> str:
         kind = "learnable" if self.learnable else "fixed"

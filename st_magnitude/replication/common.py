@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from st_magnitude.integrations.data_home import DATA_ENV, SET_DATA, resolve_data_dir  # the package's one setting
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -32,13 +34,13 @@ __all__ = [
     "evaluate_retrieval",
     "load_eval_set",
     "load_sts",
+    "resolve_data_dir",
     "resolve_device",
     "retrieval_pairs",
     "set_seed",
     "train",
 ]
 
-DATA_ENV = "ST_MAGNITUDE_DATA"
 
 #: Short names for base models that install offline as wheels (see the ``models`` extra).
 MODEL_ALIASES = {
@@ -66,10 +68,10 @@ class Context:
 
     def data(self, *parts: str) -> Path:
         if self.data_dir is None:
-            raise FileNotFoundError(f"no data folder: pass --data DIR or set ${DATA_ENV}")
+            raise FileNotFoundError(f"no data folder: {SET_DATA}")
         path = self.data_dir.joinpath(*parts)
         if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist (data folder {self.data_dir})")
+            raise FileNotFoundError(f"{path} does not exist (data folder {self.data_dir}; {SET_DATA})")
         return path
 
 
@@ -81,17 +83,6 @@ def resolve_device(device: str | None = None) -> tuple[str, bool]:
         raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     bf16 = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return device, bf16
-
-
-def resolve_data_dir(data: str | None) -> Path | None:
-    """``--data``, else ``$ST_MAGNITUDE_DATA``; the folder holding ``beir/`` and ``sts/``."""
-    for candidate in (data, os.environ.get(DATA_ENV)):
-        if candidate:
-            path = Path(candidate)
-            if not path.is_dir():
-                raise FileNotFoundError(f"data folder {candidate!r} does not exist")
-            return path
-    return None
 
 
 def set_seed(seed: int) -> None:

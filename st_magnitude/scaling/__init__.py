@@ -1,4 +1,6 @@
-"""Embedding-dimension scaling (paper 003): law fits, cost-aware choice of (N, D), plots, BM25 teacher.
+"""Embedding-dimension scaling (paper 003): law fits, cost-aware choice of (N, D), plots.
+
+The offline BM25 teacher is :class:`st_magnitude.data.bm25.BM25Scorer` (shared with Revela's grouping).
 
 Public API::
 

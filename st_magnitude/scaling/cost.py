@@ -25,17 +25,6 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "SCORING_MODES",
-    "Allocation",
-    "allocate",
-    "budget_curve",
-    "encoding_flops",
-    "index_bytes",
-    "optimal_allocation",
-    "scoring_flops",
-]
-
 SCORING_MODES: tuple[str, ...] = ("exhaustive", "ann")
 
 

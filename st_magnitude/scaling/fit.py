@@ -25,19 +25,6 @@ from scipy import optimize
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "DimensionLawFit",
-    "JointLawFit",
-    "PAPER_DIMENSION_LAWS",
-    "PAPER_JOINT_LAWS",
-    "dimension_law",
-    "extrapolation_check",
-    "fit_dimension_law",
-    "fit_joint_law",
-    "joint_law",
-    "r_squared",
-]
-
 DEFAULT_ALPHA_GRID = np.concatenate([np.linspace(0.01, 1.0, 100), np.linspace(1.02, 4.0, 150)])
 DEFAULT_BETA_GRID = np.concatenate([np.linspace(0.02, 1.0, 50), np.linspace(1.05, 3.0, 40)])
 _EXPONENT_MAX = 8.0

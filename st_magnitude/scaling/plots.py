@@ -55,15 +55,7 @@ def plot_dimension_fits(
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    logger.info("wrote %s", path)
-    return path
+    return _finish(plt, fig, ax, path)
 
 
 def plot_budget_curves(
@@ -98,6 +90,11 @@ def plot_budget_curves(
     ax.set_ylabel("predicted loss L̂(D, N)")
     ax.set_ylim(0, 3 * max(optima))  # the curves shoot up where scoring eats the budget
     ax.set_title(f"fixed FLOPs budget per query, M={M:.0e}, T={T:g}")
+    return _finish(plt, fig, ax, path)
+
+
+def _finish(plt: Any, fig: Any, ax: Any, path: str | Path) -> Path:
+    """Grid, legend and layout; save as PNG (parent folders created) and close the figure."""
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -105,4 +102,5 @@ def plot_budget_curves(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
     plt.close(fig)
+    logger.info("wrote %s", path)
     return path

@@ -198,3 +198,19 @@ def test_evaluator_refuses_truncate_dim_after_normalisation(tiny_model):
     corpus, queries, qrels = _toy()
     with pytest.raises(ValueError, match="truncate_model"):
         ContrastiveEntropyEvaluator(queries, corpus, qrels, n_negatives=20, scale=1.0)(tiny_model)
+
+
+def test_model_similarity_adapter_claims_no_gammas(tiny_model):
+    """``similarity=None`` scores with ``model.similarity``: the adapter has both forms and no (fake) γ."""
+    import torch
+
+    from st_magnitude.evaluation.contrastive_entropy import _ModelSimilarity
+    from st_magnitude.similarity import PowerNormSimilarity, Similarity
+
+    sim = _ModelSimilarity(tiny_model)
+    assert isinstance(sim, Similarity) and not isinstance(sim, PowerNormSimilarity)
+    assert not hasattr(sim, "gammas") and not hasattr(sim, "gamma_query")  # it reported (0.0, 0.0) before
+    q, d = torch.randn(3, 8), torch.randn(3, 8)
+    torch.testing.assert_close(sim(q, d), tiny_model.similarity(q, d))
+    torch.testing.assert_close(sim.pairwise(q, d), tiny_model.similarity_pairwise(q, d))
+    assert sim.symmetric and sim.get_config_dict() == {"name": "model"}

@@ -16,10 +16,10 @@ from st_magnitude.experiments.compare import CompareConfig, run_compare
 def setup(tmp_path, tiny_model):
     model_dir = tmp_path / "base"
     tiny_model.save(str(model_dir))
-    data = tmp_path / "beir"
-    write_toy_beir(data / "toy", n_docs=24, n_queries=6, split="test")
-    write_toy_beir(data / "toy", n_docs=24, n_queries=6, split="train", seed=1)
-    write_toy_beir(data / "other", n_docs=16, n_queries=4, seed=2)
+    data = tmp_path / "data"  # the data folder: BEIR datasets under beir/
+    write_toy_beir(data / "beir" / "toy", n_docs=24, n_queries=6, split="test")
+    write_toy_beir(data / "beir" / "toy", n_docs=24, n_queries=6, split="train", seed=1)
+    write_toy_beir(data / "beir" / "other", n_docs=16, n_queries=4, seed=2)
     return model_dir, data
 
 

@@ -31,10 +31,10 @@ def setup(tmp_path_factory, tiny_bert_dir):
 
     root = tmp_path_factory.mktemp("compare_resume")
     build_tiny_st(tiny_bert_dir).save(str(root / "base"))
-    data = root / "beir"
-    write_toy_beir(data / "toy", n_docs=24, n_queries=6, split="test")
-    write_toy_beir(data / "toy", n_docs=24, n_queries=6, split="train", seed=1)
-    write_toy_beir(data / "other", n_docs=16, n_queries=4, seed=2)
+    data = root / "data"  # the data folder: BEIR datasets under beir/
+    write_toy_beir(data / "beir" / "toy", n_docs=24, n_queries=6, split="test")
+    write_toy_beir(data / "beir" / "toy", n_docs=24, n_queries=6, split="train", seed=1)
+    write_toy_beir(data / "beir" / "other", n_docs=16, n_queries=4, seed=2)
     return root / "base", data
 
 
@@ -227,7 +227,7 @@ def test_changed_training_settings_are_refused_with_the_differences_named(setup,
 def test_failed_data_validation_writes_nothing_and_binds_nothing(setup, tmp_path):
     model_dir, data = setup
     bad = tmp_path / "bad"
-    shutil.copytree(data / "other", bad)
+    shutil.copytree(data / "beir" / "other", bad)
     (bad / "corpus.jsonl").write_text('{"_id": "d0", "text": "a"}\nnot json\n')
     out = tmp_path / "out"
     with pytest.raises(ValueError):

@@ -52,14 +52,10 @@ def test_invalid_utf8_names_its_line(toy):
 def test_reads_exactly_what_beir_reads(toy):
     from beir.datasets.data_loader import GenericDataLoader
 
-    loader = GenericDataLoader(data_folder=str(toy))
-    loader._load_corpus()
-    loader._load_queries()
-    loader.qrels_file = str(toy / "qrels" / "test.tsv")
-    loader._load_qrels()
-    assert read_corpus(toy / "corpus.jsonl") == loader.corpus
-    assert read_queries(toy / "queries.jsonl")[0] == loader.queries
-    assert read_qrels(toy / "qrels" / "test.tsv") == loader.qrels
+    corpus, queries, qrels = GenericDataLoader(data_folder=str(toy)).load(split="test")  # public API only
+    assert read_corpus(toy / "corpus.jsonl") == corpus
+    assert {q: t for q, t in read_queries(toy / "queries.jsonl")[0].items() if q in qrels} == queries
+    assert read_qrels(toy / "qrels" / "test.tsv") == qrels
 
 
 def test_blank_lines_are_skipped_and_a_headerless_qrels_keeps_its_first_row(toy):

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.revela_data import (
+from st_magnitude.data.bm25 import bm25_scores
+from st_magnitude.data.revela import (
     RevelaDataCollator,
     RevelaGroupBatchSampler,
-    bm25_scores,
     build_revela_dataset,
     chunk_text,
     first_half,
@@ -129,7 +129,7 @@ def test_random_grouping_is_a_seeded_shuffle_of_all_chunks():
     corpus = topic_corpus()
     kwargs = dict(group_size=3, max_words=12, min_words=3)
     ds = build_revela_dataset(corpus, grouping="random", seed=3, **kwargs)
-    from st_magnitude.revela_data import _as_texts
+    from st_magnitude.data.revela import _as_texts
 
     chunks = [c for text in _as_texts(corpus) for c in chunk_text(text, 12) if len(c.split()) >= 3]
     assert len(ds) == len(chunks) // 3 * 3 and Counter(ds["passage"]) <= Counter(chunks)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from st_magnitude.losses.revela import RevelaLMCheckpointCallback, RevelaLoss, load_lm_weights, save_lm_weights
-from st_magnitude.losses.revela_attention import (
+from st_magnitude.modules.revela_attention import (
     REVELA_ATTENTION,
     RevelaAttentionState,
     enable_revela_attention,
@@ -164,7 +164,7 @@ def test_skipping_zero_weight_pairs_is_exact(kv_heads):
 
 
 def test_only_nonzero_pairs_reach_the_attention_kernel(monkeypatch):
-    from st_magnitude.losses import revela_attention
+    from st_magnitude.modules import revela_attention
 
     batches = []
     original = torch.nn.functional.scaled_dot_product_attention
@@ -186,7 +186,7 @@ def test_only_nonzero_pairs_reach_the_attention_kernel(monkeypatch):
 
 def count_calls(monkeypatch, name: str) -> list[int]:
     """Replace ``revela_attention.<name>`` by a wrapper that appends to the returned list on every call."""
-    from st_magnitude.losses import revela_attention
+    from st_magnitude.modules import revela_attention
 
     calls: list[int] = []
     original = getattr(revela_attention, name)
@@ -405,7 +405,7 @@ def test_save_and_load_lm_weights_roundtrip(tmp_path):
 def _trainer(model, loss, lm_tokenizer, dataset, out_dir, max_steps):
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
-    from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler
+    from st_magnitude.data.revela import RevelaDataCollator, RevelaGroupBatchSampler
 
     args = SentenceTransformerTrainingArguments(
         output_dir=str(out_dir),

@@ -130,7 +130,7 @@ class GradProbe:
 def revela_trainer(model, loss, lm_tokenizer, out_dir, callbacks, **overrides):
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
-    from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler
+    from st_magnitude.data.revela import RevelaDataCollator, RevelaGroupBatchSampler
 
     kwargs = dict(
         output_dir=str(out_dir),

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import numpy as np
@@ -20,6 +17,7 @@ from st_magnitude.modules.dimension_projection import (
     add_dimension_projection,
     check_projection,
     dimension_grid,
+    is_dimension_projection,
     truncate_embeddings,
 )
 
@@ -29,8 +27,9 @@ def test_is_plain_st_dense_with_identity():
     assert type(proj) is Dense
     assert isinstance(proj.activation_function, nn.Identity)
     assert proj.linear.bias is not None and proj.get_embedding_dimension() == 48
-    assert isinstance(proj, DimensionProjection)
-    assert not isinstance(Dense(32, 48), DimensionProjection)  # Tanh default is not the paper's layer
+    assert is_dimension_projection(proj) and not isinstance(DimensionProjection, type)  # a factory, no metaclass
+    assert not is_dimension_projection(Dense(32, 48))  # Tanh default is not the paper's layer
+    assert is_dimension_projection(Dense(32, 48, activation_function=None))
     x = torch.randn(5, 32)
     out = proj({"sentence_embedding": x})["sentence_embedding"]
     torch.testing.assert_close(out, x @ proj.linear.weight.T + proj.linear.bias)
@@ -124,33 +123,17 @@ def test_check_projection_warns_on_tanh_dense(tiny_model_raw):
         assert check_projection(nn.Sequential(DimensionProjection(4, 4))) == []
 
 
-def test_saved_model_loads_in_stock_st_without_plugin(tiny_model, tmp_path, sentences):
-    """Reload in a fresh interpreter that never imports st_magnitude: same embeddings, no trust_remote_code."""
-    add_dimension_projection(tiny_model, 96, seed=0)
-    path = tmp_path / "projected"
-    tiny_model.save(str(path))
-    types = [m["type"] for m in json.loads((path / "modules.json").read_text())]
+def test_saved_model_loads_in_stock_st_without_plugin(stock_st):
+    """Reload in a fresh interpreter that cannot import st_magnitude: same embeddings, no trust_remote_code."""
+    # Given a model with add_dimension_projection(96), encoded and saved (stock_st.build_jobs)
+    job = stock_st["projected"]
+    types = [m["type"] for m in json.loads((job.path / "modules.json").read_text())]
     assert "sentence_transformers.base.modules.dense.Dense" in types
     assert not any("st_magnitude" in t for t in types)
-    ours = tiny_model.encode(sentences, convert_to_numpy=True)
-    script = textwrap.dedent(
-        f"""
-        import os, sys, json
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        import numpy as np
-        from sentence_transformers import SentenceTransformer
-        model = SentenceTransformer({str(path)!r}, device="cpu")
-        emb = model.encode({sentences!r}, convert_to_numpy=True)
-        np.save({str(tmp_path / "stock.npy")!r}, emb)
-        print(json.dumps({{"plugin_imported": any(m.startswith("st_magnitude") for m in sys.modules),
-                           "act": type(model[2].activation_function).__name__}}))
-        """
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    info = json.loads(result.stdout.strip().splitlines()[-1])
-    assert info == {"plugin_imported": False, "act": "Identity"}
-    np.testing.assert_allclose(np.load(tmp_path / "stock.npy"), ours, rtol=0, atol=1e-6)
+    job.check_loaded()
+    assert job.result["plugin_imported"] is False
+    assert job.result["activations"] == {"2": "Identity"}
+    np.testing.assert_allclose(job.arrays["emb"], job.expected["emb"], rtol=0, atol=1e-6)
 
 
 def test_truncate_keeps_magnitude():

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from st_magnitude.scaling.bm25 import BM25Scorer, tokenize
+from st_magnitude.data.bm25 import BM25Scorer, tokenize
 from st_magnitude.scaling.fit import dimension_law
 
 CORPUS = {

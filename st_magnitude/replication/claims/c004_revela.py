@@ -2,9 +2,9 @@
 
 Arms per seed, all from the same raw retriever and LM: ``raw`` (no training), ``tau=1e-4`` and ``tau=0.01``
 (:class:`~st_magnitude.losses.RevelaLoss` on BM25-grouped chunks of the SciFact + NFCorpus corpora, built with
-:func:`st_magnitude.revela_data.build_revela_dataset`, one group per batch via
-:class:`~st_magnitude.revela_data.RevelaGroupBatchSampler` and
-:class:`~st_magnitude.revela_data.RevelaDataCollator`), and ``random`` (τ = 1e-4 on the same chunks regrouped at
+:func:`st_magnitude.data.revela.build_revela_dataset`, one group per batch via
+:class:`~st_magnitude.data.revela.RevelaGroupBatchSampler` and
+:class:`~st_magnitude.data.revela.RevelaDataCollator`), and ``random`` (τ = 1e-4 on the same chunks regrouped at
 random: the paper's "Revela-random" control). Every retriever is evaluated by cosine (nDCG@10) on SciFact and NFCorpus
 test. On a fixed probe group the run logs CE(real Sim) − CE(shuffled Sim) and CE(Revela) − CE(plain LM) over
 training, to see when relevance starts to matter.
@@ -92,8 +92,8 @@ def load_retriever(ctx: Context):
 
 def revela_data(ctx: Context, grouping: str):
 
+    from st_magnitude.data.revela import build_revela_dataset, randomize_groups
     from st_magnitude.integrations import load_beir
-    from st_magnitude.revela_data import build_revela_dataset, randomize_groups
 
     s = ctx.settings
     corpus = {}
@@ -156,8 +156,8 @@ def run_seed(ctx: Context) -> dict:
     data = {g: revela_data(ctx, g) for g in ("bm25", "random")}
     history = {}
     for arm, (tau, grouping) in ARMS.items():
+        from st_magnitude.data.revela import RevelaDataCollator, RevelaGroupBatchSampler
         from st_magnitude.losses.revela import RevelaLMGradClipCallback
-        from st_magnitude.revela_data import RevelaDataCollator, RevelaGroupBatchSampler
 
         set_seed(ctx.seed)
         model = load_retriever(ctx)

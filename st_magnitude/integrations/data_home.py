@@ -1,0 +1,167 @@
+"""Where st-magnitude reads data from and downloads BEIR datasets to: one setting for every command.
+
+The *data folder* holds one sub-folder per kind of data::
+
+    <data>/beir/<name>/   BEIR datasets: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (compare, replicate)
+    <data>/sts/           STS files (replicate)
+
+It is, first match wins (documented once, in docs/getting_started.md, section "Data"):
+
+1. the command's flag (``compare --data-dir``, ``replicate --data``) or the ``data_dir`` argument;
+2. ``$ST_MAGNITUDE_DATA``;
+3. the user cache ``$XDG_CACHE_HOME/st_magnitude/data`` (``~/.cache/st_magnitude/data``), which need not exist.
+
+A folder named by 1 or 2 must exist; nothing else is looked at. A BEIR dataset that is not in ``<data>/beir`` is
+downloaded there (:func:`download_beir`, needs a network).
+
+Deprecated, read for one release with a ``DeprecationWarning`` that says what to set instead:
+``$ST_MAGNITUDE_DATA_DIR`` (it named a folder of BEIR datasets, i.e. ``$ST_MAGNITUDE_DATA/beir``; it is used as the
+data folder when neither 1 nor 2 is given), and a data folder holding dataset folders directly instead of under
+``beir/`` (the layout ``--data-dir`` / ``$ST_MAGNITUDE_DATA_DIR`` used).
+
+This module imports nothing heavy (BEIR only to download).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DATA_ENV", "LEGACY_DATA_ENV", "default_data_dir", "download_beir", "resolve_data_dir", "resolve_dataset"]
+
+#: The data folder (holding ``beir/`` and ``sts/``).
+DATA_ENV = "ST_MAGNITUDE_DATA"
+#: Deprecated: a folder of BEIR datasets (what ``$ST_MAGNITUDE_DATA/beir`` is now); read for one release.
+LEGACY_DATA_ENV = "ST_MAGNITUDE_DATA_DIR"
+#: Where BEIR publishes its datasets (one zip per name).
+BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
+#: How a user sets the data folder (ends every message about missing data).
+SET_DATA = f"pass the data folder (holding beir/) with the command's data flag or set ${DATA_ENV} (docs: Data)"
+_REMOVAL = "0.3"
+
+
+def default_data_dir() -> Path:
+    """The user cache data folder: ``$XDG_CACHE_HOME/st_magnitude/data`` (``~/.cache/st_magnitude/data``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "st_magnitude" / "data"
+
+
+def _existing(folder: str | os.PathLike, source: str) -> Path:
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"data folder {str(folder)!r} ({source}) does not exist or is not a folder")
+    return path
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data folder: ``data_dir`` (a command's flag), else ``$ST_MAGNITUDE_DATA``, else the user cache.
+
+    ``$ST_MAGNITUDE_DATA_DIR`` (deprecated) comes before the user cache, with a ``DeprecationWarning``.
+    Raises ``FileNotFoundError`` when the flag or a variable names a folder that does not exist; the user cache
+    (:func:`default_data_dir`) is returned whether or not it exists yet (a download creates it).
+    """
+    if data_dir:
+        return _existing(data_dir, "the data flag")
+    if os.environ.get(DATA_ENV):
+        return _existing(os.environ[DATA_ENV], f"${DATA_ENV}")
+    legacy = os.environ.get(LEGACY_DATA_ENV)
+    if legacy:
+        folder = Path(legacy).expanduser()
+        warnings.warn(
+            f"${LEGACY_DATA_ENV} is deprecated and is removed in st-magnitude {_REMOVAL}: it names a folder of BEIR "
+            f"datasets, which is $ST_MAGNITUDE_DATA/beir now; set {DATA_ENV}="
+            + (str(folder.parent) if folder.name == "beir" else "<the folder holding beir/>")
+            + " instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _existing(legacy, f"${LEGACY_DATA_ENV}")
+    return default_data_dir()
+
+
+def resolve_dataset(
+    name: str | os.PathLike, data_dir: str | os.PathLike | None = None, split: str | None = "test"
+) -> Path:
+    """A BEIR dataset folder: ``name`` when it is a folder, else ``<data>/beir/<name>``, else a download there.
+
+    ``data_dir`` is the data folder (default: :func:`resolve_data_dir`). A dataset folder directly in the data folder
+    (``<data>/<name>``, the layout of the deprecated ``--data-dir`` / ``$ST_MAGNITUDE_DATA_DIR``) is found too, with
+    a ``DeprecationWarning``. With ``split``, the folder must hold ``qrels/<split>.tsv`` (the error lists the splits
+    it has).
+    """
+    data = Path(data_dir) if data_dir is not None else resolve_data_dir()
+    path, key = Path(name), str(name)
+    if path.is_dir():
+        folder = path
+    elif (data / "beir" / key).is_dir():
+        folder = data / "beir" / key
+    elif (data / key / "corpus.jsonl").is_file() and "/" not in key and os.sep not in key:
+        folder = data / key
+        warnings.warn(
+            f"dataset {key!r} found in {data}, a folder of BEIR datasets: the data folder now holds them under beir/ "
+            f"({data / 'beir' / key}); "
+            + (f"pass {data.parent} instead" if data.name == "beir" else f"move them to {data / 'beir'}")
+            + f" (this layout is read until st-magnitude {_REMOVAL}).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    else:
+        folder = download_beir(key, data / "beir")
+    if split is not None and not (folder / "qrels" / f"{split}.tsv").is_file():
+        splits = sorted(f.stem for f in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
+        raise FileNotFoundError(f"dataset {key!r} ({folder}) has no {split!r} split; available: {splits}")
+    return folder
+
+
+def _earlier_download(name: str) -> Path | None:
+    """Where st-magnitude 0.1 put a download of ``name`` (``$ST_MAGNITUDE_CACHE`` or ``~/.cache/st_magnitude``)."""
+    old = Path(os.environ.get("ST_MAGNITUDE_CACHE") or Path.home() / ".cache" / "st_magnitude") / "beir" / name
+    return old if old.is_dir() else None
+
+
+def download_beir(name: str, beir_dir: str | os.PathLike) -> Path:
+    """Download the BEIR dataset ``name`` into ``<beir_dir>/<name>`` (once: an existing folder is returned as is).
+
+    The zip is unpacked in a temporary folder inside ``beir_dir`` and moved into place when complete, so an
+    interrupted download leaves no partial dataset. Any failure (no network, an unknown name, a folder that cannot be
+    written) raises one ``FileNotFoundError`` naming the local datasets and how to set the data folder.
+    """
+    beir = Path(beir_dir)
+    if "/" in name or os.sep in name:
+        raise FileNotFoundError(f"dataset folder {name!r} does not exist")
+    if (beir / name).is_dir():
+        return beir / name
+    available = (
+        sorted(d.name for d in beir.iterdir() if d.is_dir() and not d.name.startswith(".")) if beir.is_dir() else []
+    )
+    hint = f" Local datasets: {', '.join(available)}." if available else ""
+    earlier = _earlier_download(name)
+    if earlier is not None:
+        hint += f" An earlier version downloaded it to {earlier}: move it to {beir / name}."
+    created = [p for p in (beir, *beir.parents) if not p.exists()]  # deepest first; removed again on failure
+    try:
+        from beir import util
+
+        beir.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=beir))
+        try:
+            unpacked = Path(util.download_and_unzip(BEIR_URL.format(name=name), str(work)))
+            os.replace(unpacked, beir / name)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    except Exception as exc:  # noqa: BLE001 - any network or file failure becomes one clear message
+        for folder in created:  # a failed download leaves the data folder as it was
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise FileNotFoundError(
+            f"dataset {name!r} is not in the data folder ({beir}) and could not be downloaded "
+            f"({type(exc).__name__}: {exc}).{hint} To use local data, {SET_DATA}."
+        ) from None
+    logger.info("downloaded BEIR %s into %s", name, beir / name)
+    return beir / name
