@@ -17,7 +17,7 @@ import pytest
 from toy_beir import write_toy_beir
 
 from st_magnitude.cli import build_parser, main
-from st_magnitude.integrations.cli import similarity_names
+from st_magnitude.cli._args import similarity_names
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,8 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "st_magnitude"
 
-#: Top layer: command-line and workflow modules. Nothing below may import them.
-APPLICATION = ("st_magnitude.cli", "st_magnitude.convert_cli", "st_magnitude.experiments")
+#: Top layer: command-line and workflow modules. Nothing below may import them. ``cli`` is every command
+#: (``cli/<command>.py``), ``experiments`` the compare job, ``replication.runner`` the claim runner behind
+#: ``st-magnitude replicate`` (the claims themselves are library code it drives).
+APPLICATION = ("st_magnitude.cli", "st_magnitude.experiments", "st_magnitude.replication.runner")
 
 
 def _module_name(path: Path) -> str:
@@ -107,7 +109,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_function_level_and_lazy_imports():
     graph = import_graph()
-    assert "st_magnitude.convert" in graph["st_magnitude.convert_cli"]  # imported inside a command function
+    assert "st_magnitude.convert" in graph["st_magnitude.cli.convert"]  # imported inside a command function
     assert "st_magnitude.guard" in graph["st_magnitude"] or "st_magnitude._lazy" in graph["st_magnitude"]
 
 
@@ -129,7 +131,7 @@ def test_library_does_not_import_the_application_layer(application):
     offenders = sorted(
         mod
         for mod, deps in graph.items()
-        if not mod.startswith(APPLICATION) and not mod.endswith(".cli")
+        if not mod.startswith(APPLICATION)
         for dep in deps
         if dep == application or dep.startswith(application + ".")
     )

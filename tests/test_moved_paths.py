@@ -53,6 +53,12 @@ MOVED: list[tuple[str, str, str]] = [
     ("st_magnitude.losses.revela_attention", "in_batch_term", "st_magnitude.modules.revela_attention"),
     ("st_magnitude.losses.revela_attention", "register_revela_attention", "st_magnitude.modules.revela_attention"),
     ("st_magnitude.losses.revela_attention", "revela_attention_forward", "st_magnitude.modules.revela_attention"),
+    ("st_magnitude.integrations.cli", "TRUST_HELP", "st_magnitude.cli._args"),
+    ("st_magnitude.integrations.cli", "similarity_arg", "st_magnitude.cli._args"),
+    ("st_magnitude.integrations.cli", "similarity_names", "st_magnitude.cli._args"),
+    ("st_magnitude.experiments.cli", "INTERRUPTED", "st_magnitude.cli.compare"),
+    ("st_magnitude.replication.cli", "DEFAULT_REPORT", "st_magnitude.cli.replicate"),
+    ("st_magnitude.replication.cli", "DEFAULT_RESULTS", "st_magnitude.cli.replicate"),
 ]
 
 

@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file
 from toy_beir import write_toy_beir
 
+from st_magnitude.cli.compare import INTERRUPTED
 from st_magnitude.experiments import compare as C
-from st_magnitude.experiments.cli import INTERRUPTED
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, SAVE = 8, 2
@@ -320,12 +320,12 @@ sys.exit(main({argv!r}))
 def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch):
     """Issue 12 item 10: --full is paper 000's recipe (App. B, Table 8) where one machine allows."""
     from st_magnitude.cli import build_parser
-    from st_magnitude.experiments import cli as compare_cli
+    from st_magnitude.cli import compare as compare_cli
 
     captured = {}
     args = build_parser().parse_args(["compare", "--full", "--output-dir", str(tmp_path / "o")])
     monkeypatch.setattr(C, "run_compare", lambda config, log=print: captured.setdefault("config", config))
-    assert compare_cli._run(args) == 0
+    assert compare_cli.run(args) == 0
     config = captured["config"]
     a = C.training_arguments(config, "learnable", tmp_path, "cpu")
     assert (a.learning_rate, a.lr_scheduler_type.value, a.warmup_steps) == (5e-6, "cosine", 0)

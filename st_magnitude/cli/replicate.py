@@ -8,19 +8,21 @@ import shlex
 import sys
 from pathlib import Path
 
-__all__ = ["add_subcommands"]
+from st_magnitude.cli._args import add_options, values
+
+__all__ = ["DEFAULT_REPORT", "DEFAULT_RESULTS", "add_arguments", "run"]
 
 DEFAULT_RESULTS = "docs/replication/results"
 DEFAULT_REPORT = "docs/replication.md"
 
 
-def add_subcommands(sub) -> None:
-    p = sub.add_parser(
-        "replicate",
-        help="reproduce a paper claim (multi-seed, 95%% CIs, verdict)",
-        description="Run one paper claim with N seeds and write its result JSON; --list names the claims; "
-        "--report regenerates docs/replication.md from the result JSONs.",
-    )
+DESCRIPTION = (
+    "Run one paper claim with N seeds and write its result JSON; --list names the claims; "
+    "--report regenerates docs/replication.md from the result JSONs."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("claim", nargs="?", help="claim id (see --list)")
     p.add_argument("--list", action="store_true", help="list the claims and exit")
     p.add_argument("--report", action="store_true", help=f"regenerate {DEFAULT_REPORT} from the result JSONs")
@@ -37,7 +39,7 @@ def add_subcommands(sub) -> None:
     )
     p.add_argument("--report-path", default=DEFAULT_REPORT, help="where --report writes")
     p.add_argument("--model", default=None, help="override the profile's base model (folder or alias)")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    add_options(p, "--device")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile setting")
     p.add_argument(
         "--redecide",
@@ -46,10 +48,9 @@ def add_subcommands(sub) -> None:
         help="recompute the comparisons and verdict of a finished run from its full JSON (no training)",
     )
     p.add_argument("--tag", default=None, help="name a variant run (kept beside the main result, not replacing it)")
-    p.set_defaults(func=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from st_magnitude.replication.claims import CLAIM_MODULES, list_claims
 
     if args.list:
@@ -89,17 +90,10 @@ def _run(args: argparse.Namespace) -> int:
     command = " ".join(shlex.quote(a) for a in ["st-magnitude", "replicate", *_argv_after("replicate")])
     record = run_claim(
         args.claim,
-        profile=args.profile,
-        seeds=args.seeds,
-        first_seed=args.first_seed,
-        data=args.data,
-        out=args.out,
         results=results,
-        device=args.device,
-        model=args.model,
         command=command,
         overrides=overrides,
-        tag=args.tag,
+        **values(args, "profile", "seeds", "first_seed", "data", "out", "device", "model", "tag"),
     )
     print(f"{record['claim']} ({record['profile']}, {len(record['seeds'])} seeds, {record['wall_seconds']:.0f} s): ")
     print(f"  ours: {record['decision'].get('ours', '')}")

@@ -1,4 +1,4 @@
-"""``st-magnitude compare``: the main job."""
+"""``st-magnitude compare``: the main job (fine-tune with each similarity variant, evaluate, compare)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import sys
 import textwrap
 
+from st_magnitude.cli._args import add_options, values
 from st_magnitude.experiments.compare import (
     DEFAULT_MODEL,
     DEFAULT_VARIANTS,
@@ -18,6 +19,20 @@ from st_magnitude.experiments.compare import (
 INTERRUPTED = (
     "st-magnitude compare: interrupted; re-run the same command to resume (finished runs are kept, training "
     "continues from its last checkpoint)"
+)
+
+
+#: CompareConfig fields taken from the option of the same name unchanged.
+_PASSED_ON = (
+    "model",
+    "variants",
+    "train_data",
+    "eval_data",
+    "data_dir",
+    "output_dir",
+    "device",
+    "trust_remote_code",
+    "save_steps",
 )
 
 
@@ -44,13 +59,9 @@ def _description() -> str:
     return f"{textwrap.fill(intro, 100)}\n\n{textwrap.fill(full, 100)}\n{items}\n\n{textwrap.fill(quick, 100)}"
 
 
-def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="fine-tune one base model with several similarity variants and compare them on BEIR datasets",
-        description=_description(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = _description()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # the description's list of departures
     p.add_argument("--model", default=DEFAULT_MODEL, help="base model: hub id or local folder (default: %(default)s)")
     p.add_argument("--variants", type=_csv, default=DEFAULT_VARIANTS, help="comma-separated (default: all five)")
     p.add_argument("--loss", type=_csv, default=("infonce",), help=f"comma-separated, from: {', '.join(LOSSES)}")
@@ -89,13 +100,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         "and which differences are within noise (default 1: one run, no intervals)",
     )
     p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="allow the base model to run code outside sentence-transformers and st-magnitude (off by default)",
-    )
-    p.set_defaults(func=_run)
+    add_options(p, "--device", "--trust-remote-code")
 
 
 def _close_progress_bars() -> None:
@@ -107,8 +112,8 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-def _run(args: argparse.Namespace) -> int:
-    from st_magnitude._cli_args import check_device
+def run(args: argparse.Namespace) -> int:
+    from st_magnitude.cli._args import check_device
     from st_magnitude.experiments.seeds import run_compare_seeds
 
     if args.quick and args.full:
@@ -117,28 +122,20 @@ def _run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
     profile = "full" if args.full else "quick"
-    values = dict(PROFILES[profile])
+    settings = dict(PROFILES[profile])
     for key in ("steps", "batch_size", "max_seq_length", "learning_rate", "max_corpus", "max_queries", "kappa_pairs"):
         if getattr(args, key) is not None:
-            values[key] = getattr(args, key)
+            settings[key] = getattr(args, key)
     for key in ("max_corpus", "max_queries"):
-        if values[key] is not None and values[key] <= 0:
-            values[key] = None  # 0 = no subsampling
+        if settings[key] is not None and settings[key] <= 0:
+            settings[key] = None  # 0 = no subsampling
     config = CompareConfig(
-        model=args.model,
-        variants=args.variants,
         losses=args.loss,
-        train_data=args.train_data,
-        eval_data=args.eval_data,
-        data_dir=args.data_dir,
-        output_dir=args.output_dir,
         profile=profile,
         seed=args.seed if args.seed is not None else 42,
-        device=args.device,
         kappa=not args.no_kappa,
-        trust_remote_code=args.trust_remote_code,
-        save_steps=args.save_steps,
-        **values,
+        **values(args, *_PASSED_ON),
+        **settings,
     )
     try:
         run_compare_seeds(config, args.seeds, log=print)

@@ -14,13 +14,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from st_magnitude._cli_args import check_output_file, non_negative_int, positive_float
+from st_magnitude.cli._args import check_output_file, non_negative_int, positive_float
 
 logger = logging.getLogger(__name__)
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("scaling", help="embedding-dimension scaling laws (paper 003)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="scaling_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 

@@ -1,29 +1,39 @@
-"""``st-magnitude diagnose MODEL --data BEIR_DIR...`` (see docs/diagnostics.md)."""
+"""``st-magnitude diagnose MODEL --data BEIR_DIR...``: magnitude diagnostics, κ rule (see docs/diagnostics.md)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 from pathlib import Path
 
-from st_magnitude._cli_args import check_output_dir, non_negative_int, positive_int, removed_on_failure
+from st_magnitude.cli._args import (
+    SUBSAMPLE,
+    add_option,
+    add_options,
+    check_output_dir,
+    non_negative_int,
+    positive_int,
+    refuse_foreign_code,
+    removed_on_failure,
+    set_threads,
+    values,
+)
 
 logger = logging.getLogger(__name__)
 
 
-def add_subcommands(subparsers) -> None:
-    p = subparsers.add_parser(
-        "diagnose",
-        help="magnitude diagnostics + which side to normalise (κ rule with a half-sampling CI); writes a report",
-        description=(
-            "Norm statistics by role, Cohen's d of document norms (labelled, and label-free with cosine-ranked "
-            "pseudo-labels), query-norm CV, a single-model component-FIM profile, κ(F_qnorm) vs κ(F_dnorm) with a "
-            "half-sampling interval (inconclusive below 8n pairs), pooled ROC-AUC, cross-evaluation; report.md + "
-            "PNGs in --output."
-        ),
-    )
+DESCRIPTION = (
+    "Norm statistics by role, Cohen's d of document norms (labelled, and label-free with cosine-ranked "
+    "pseudo-labels), query-norm CV, a single-model component-FIM profile, κ(F_qnorm) vs κ(F_dnorm) with a "
+    "half-sampling interval (inconclusive below 8n pairs), pooled ROC-AUC, cross-evaluation; report.md + "
+    "PNGs in --output."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
-    p.add_argument("--data", nargs="+", required=True, metavar="BEIR_DIR", help="local BEIR folder(s)")
-    p.add_argument("--split", default="test", help="evaluation split for norms/Cohen's d/AUC (default test)")
+    add_options(p, "--data")
+    add_option(p, "--split", help="evaluation split for norms/Cohen's d/AUC (default test)")
     p.add_argument(
         "--pairs-split",
         default=None,
@@ -45,28 +55,22 @@ def add_subcommands(subparsers) -> None:
         default=100,
         help="half-sample replicates (N/2 pairs each, without replacement) for the κ interval (default 100)",
     )
-    p.add_argument("--max-seq-length", type=positive_int, default=128, help="token cap for norms/AUC (default 128)")
+    add_option(p, "--max-seq-length", default=128, help="token cap for norms/AUC (default 128)")
     p.add_argument(
         "--kappa-max-seq-length",
         type=positive_int,
         default=64,
         help="token cap for the κ pairs (default 64: 2000 MiniLM pairs encode in about 30 s on 2 cores)",
     )
-    p.add_argument("--max-corpus", type=positive_int, default=None, help="NanoBEIR-style corpus subsample per dataset")
-    p.add_argument("--max-queries", type=positive_int, default=None)
+    add_option(p, "--max-corpus", help="NanoBEIR-style corpus subsample per dataset")
+    add_options(p, "--max-queries")
     p.add_argument("--no-kappa", action="store_true", help="skip the κ rule")
     p.add_argument("--output", default="runs/diagnose", help="report folder (default runs/diagnose)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
-    p.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="allow the model to run code outside sentence-transformers and st-magnitude (off by default)",
-    )
-    p.set_defaults(func=_run)
+    add_option(p, "--seed", help="random seed: subsamples, κ pairs and half-samples (default 42)")
+    add_options(p, "--threads", "--trust-remote-code")
 
 
-def _check_args(args) -> None:
+def _check_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before loading a model or reading data."""
     from st_magnitude.integrations.data import _available_splits, load_beir
 
@@ -84,20 +88,14 @@ def _check_args(args) -> None:
                 )
         load_beir(path, args.split)  # a malformed line or missing ids fail here, before the model is loaded
     check_output_dir(args.output, "--output")
-    if not args.trust_remote_code and Path(args.model).is_dir():
-        from st_magnitude.integrations.models import check_model_code
-
-        check_model_code(args.model)  # refuse foreign code before any work
+    refuse_foreign_code(args)  # before any work
 
 
-def _run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from st_magnitude.diagnostics.report import diagnose
 
     _check_args(args)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     model = args.model
     if args.trust_remote_code:  # diagnose() loads without it; a model loaded here with the user's consent is used
         from st_magnitude.integrations.models import load_model
@@ -123,17 +121,11 @@ def _diagnose(diagnose, model, args):
     return diagnose(
         model,
         args.data,
-        split=args.split,
         pairs_split=args.pairs_split or "train",
-        n_pairs=args.n_pairs,
         n_bootstrap=args.bootstrap,
-        max_seq_length=args.max_seq_length,
-        max_corpus=args.max_corpus,
-        max_queries=args.max_queries,
         kappa=not args.no_kappa,
-        kappa_max_seq_length=args.kappa_max_seq_length,
         output_dir=args.output,
-        seed=args.seed,
+        **values(args, *SUBSAMPLE, "n_pairs", "max_seq_length", "kappa_max_seq_length"),
     )
 
 

@@ -1,0 +1,122 @@
+"""The ``st-magnitude`` command.
+
+:data:`COMMANDS` is the registry: command name -> its one-line help. Each command is the module
+``st_magnitude.cli.<name>``: ``add_arguments(parser)`` declares its options, ``run(args)`` (where the command has no
+sub-commands of its own) runs it and imports anything heavy, and an optional ``DESCRIPTION`` heads its ``--help``.
+The options several commands share are declared once, in :mod:`st_magnitude.cli._args`.
+
+:func:`main` builds only the parser of the command it is given (the others are listed by name and help, without
+importing their modules), so ``st-magnitude --help`` and usage errors stay fast; :func:`build_parser` without an
+argument builds them all. A command module that cannot be imported because an ``st_magnitude`` area is not in this
+build is left out instead of taking the other commands down.
+
+Errors are one line on stderr with exit code 2: usage errors from the parser, and ``ValueError`` / ``OSError`` /
+``ImportError`` raised by a command (``-v`` shows the traceback instead). Ctrl-C prints one line and exits 130; a
+command may add a hint to that line with ``set_defaults(interrupt_hint="...")``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Collection, Sequence
+
+logger = logging.getLogger(__name__)
+
+#: The commands, in the order ``--help`` lists them: name -> one-line help (module ``st_magnitude.cli.<name>``).
+COMMANDS: dict[str, str] = {
+    "strip": "remove every trailing Normalize module from a saved model (file level, no weights loaded)",
+    "convert": "make a model carry a similarity variant (apply_similarity) and save it",
+    "inspect": "print which similarity a model serves and whether it needs roles",
+    "evaluate": "retrieval evaluation with the model's own roles: nDCG@10, Recall@100, MRR@10, pooled AUC per dataset",
+    "mteb": "run mteb's own CLI with a local model folder and local BEIR folders as tasks",
+    "diagnose": "magnitude diagnostics + which side to normalise (κ rule with a half-sampling CI); writes a report",
+    "scaling": "embedding-dimension scaling laws (paper 003)",
+    "compare": "fine-tune one base model with several similarity variants and compare them on BEIR datasets",
+    "replicate": "reproduce a paper claim (multi-seed, 95%% CIs, verdict)",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (exit 2), naming the command; sub-commands inherit the class."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _command_module(name: str):
+    """The module of command ``name``, or None when an ``st_magnitude`` area it needs is not in this build."""
+    module_name = f"{__name__}.{name}"
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("st_magnitude.") and exc.name.count(".") == 1:  # st_magnitude.<area>
+            return None
+        raise
+
+
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every command's options, or with only those of ``commands`` (the rest listed by name and
+    help; parsing one of them gives no ``func``)."""
+    from st_magnitude import __version__
+
+    parser = _Parser(
+        prog="st-magnitude",
+        description="Magnitude-aware dense retrieval for sentence-transformers.",
+    )
+    parser.add_argument("--version", action="version", version=f"st-magnitude {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help in COMMANDS.items():
+        if commands is not None and name not in commands:
+            sub.add_parser(name, help=help)  # listed in --help; its options are never parsed in this run
+            continue
+        module = _command_module(name)
+        if module is None:
+            continue
+        command_parser = sub.add_parser(name, help=help, description=getattr(module, "DESCRIPTION", None))
+        module.add_arguments(command_parser)
+        if hasattr(module, "run"):
+            command_parser.set_defaults(func=module.run)
+    return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the top level's options take no value)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_of(argv)
+    parser = build_parser([] if command is None else [command])
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (one line, code 2), --help and --version: return the code
+        return exc.code if isinstance(exc.code, int) else 2
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        hint = getattr(args, "interrupt_hint", None)
+        print(f"st-magnitude {args.command}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        return 130
+    except (ValueError, OSError, ImportError) as exc:  # bad input, files, optional dependencies: one line
+        if args.verbose:
+            raise
+        print(f"st-magnitude {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2

@@ -1,0 +1,176 @@
+"""The options the ``st-magnitude`` commands share, declared once, and the helpers every command uses.
+
+:data:`OPTIONS` declares each shared option (``--data``, ``--split``, ``--max-corpus``, ``--max-queries``,
+``--seed``, ``--on-missing``, ``--max-seq-length``, ``--batch-size``, ``--threads``, ``--device``,
+``--trust-remote-code``) once; a command adds them with :func:`add_options` / :func:`add_option` (overriding a
+keyword such as a narrower help) and passes them on with :func:`values`. The similarity names a command accepts
+come from :func:`similarity_names` (one registry, :mod:`st_magnitude._similarity_names`). The argument types and
+output checks are those of :mod:`st_magnitude._cli_args`, re-exported here so a command imports from one place.
+Nothing heavy is imported at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from st_magnitude._cli_args import (  # re-exported: a command imports its argument helpers from here
+    check_device,
+    check_output_dir,
+    check_output_file,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    removed_on_failure,
+)
+
+__all__ = [
+    "OPTIONS",
+    "SUBSAMPLE",
+    "TRUST_HELP",
+    "add_option",
+    "add_options",
+    "check_device",
+    "check_model_path",
+    "check_output_dir",
+    "check_output_file",
+    "non_negative_int",
+    "positive_float",
+    "positive_int",
+    "refuse_foreign_code",
+    "removed_on_failure",
+    "set_threads",
+    "similarity_arg",
+    "similarity_names",
+    "values",
+]
+
+
+def check_model_path(model: str) -> None:
+    """The same up-front test as the loader: a missing local-looking path is a one-line error, not a hub lookup."""
+    if not Path(model).exists() and (Path(model).is_absolute() or model.startswith(".") or model.count("/") != 1):
+        raise FileNotFoundError(f"model folder {model!r} does not exist (a hub id has the form 'organisation/name').")
+
+
+def refuse_foreign_code(args: argparse.Namespace) -> None:
+    """Without ``--trust-remote-code``, refuse a local model that names code outside ST / st-magnitude, before any
+    work (reading data, loading the model)."""
+    if not args.trust_remote_code and Path(args.model).is_dir():
+        from st_magnitude.integrations.models import check_model_code
+
+        check_model_code(args.model)
+
+
+def set_threads(args: argparse.Namespace) -> None:
+    """``--threads N``: torch CPU threads (imports torch, so only from a command's run function)."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+TRUST_HELP = (
+    "allow the model to run code outside sentence-transformers and st-magnitude (classes named in modules.json, "
+    "a config auto_map); off by default, st-magnitude's own modules are always allowed"
+)
+
+#: What each use of a similarity name needs, and why the others are refused there.
+_PURPOSES = {
+    "carry": "a model must carry it (a per-role rescaling: apply_similarity, convert, compare --variants)",
+    "rescore": "the raw embeddings are rescored with a fixed per-role rescaling (evaluate --similarity)",
+    "any": "any similarity of the package (losses)",
+}
+
+
+def similarity_names(purpose: str = "carry") -> tuple[str, ...]:
+    """The similarity names a command accepts — the one place the CLI takes them from.
+
+    All three are queries of the one similarity registry (:func:`st_magnitude.similarity.similarity_names`).
+    ``"carry"``: what a model can carry;
+    ``"rescore"``: those with fixed γ (``evaluate --similarity``: learnable has no γ of its own);
+    ``"any"``: every registered name (``tn`` included).
+    """
+    from st_magnitude import _similarity_names as registry  # torch-free (re-exported by st_magnitude.similarity)
+
+    if purpose == "carry":
+        return registry.similarity_names(carriable=True)
+    if purpose == "rescore":
+        return registry.similarity_names(fixed_gammas=True)
+    if purpose == "any":
+        return registry.similarity_names()
+    raise ValueError(f"unknown purpose {purpose!r}; expected one of {sorted(_PURPOSES)}")
+
+
+def similarity_arg(purpose: str = "carry"):
+    """An ``argparse`` type: a canonical similarity name valid for ``purpose``, else a one-line usage error."""
+    names = similarity_names(purpose)
+
+    def parse(text: str) -> str:
+        from st_magnitude._similarity_names import validate_similarity_name
+
+        try:
+            name = validate_similarity_name(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"unknown similarity {text!r}. Valid names: {', '.join(names)}") from None
+        if name not in names:
+            why = {
+                "tn": "sim_TN is not a per-role rescaling: no model can carry it and raw embeddings cannot be "
+                "rescored with it (use it as a loss similarity)",
+                "learnable": "learnable has no fixed γ; evaluate the learnable model itself, without --similarity",
+            }.get(name, f"here {_PURPOSES[purpose]}")
+            raise argparse.ArgumentTypeError(f"{name!r} cannot be used here: {why}. Valid names: {', '.join(names)}")
+        return name
+
+    parse.__name__ = "similarity"
+    return parse
+
+
+#: The options several commands share, declared once: flag -> ``add_argument`` keywords. A command adds them with
+#: :func:`add_options` (as declared) or :func:`add_option` (overriding a keyword, e.g. a narrower help).
+OPTIONS: dict[str, dict[str, Any]] = {
+    "--data": {"nargs": "+", "required": True, "metavar": "BEIR_DIR", "help": "local BEIR folder(s)"},
+    "--split": {"default": "test", "help": "qrels split (default: test)"},
+    "--max-corpus": {
+        "type": positive_int,
+        "default": None,
+        "metavar": "N",
+        "help": "NanoBEIR-style subsample: all judged docs of the kept queries + seeded distractors up to N",
+    },
+    "--max-queries": {
+        "type": positive_int,
+        "default": None,
+        "metavar": "N",
+        "help": "seeded subsample of the queries",
+    },
+    "--seed": {"type": int, "default": 42, "help": "subsampling seed (default 42)"},
+    "--on-missing": {
+        "choices": ["raise", "drop"],
+        "default": "raise",
+        "help": "judged ids missing from the corpus/queries: fail (default) or drop them",
+    },
+    "--max-seq-length": {"type": positive_int, "default": None, "help": "cap the tokens per input"},
+    "--batch-size": {"type": positive_int, "default": None, "help": "encoding batch size (default: %(default)s)"},
+    "--threads": {"type": positive_int, "default": None, "help": "torch CPU threads"},
+    "--device": {"default": None, "help": "cpu, cuda or cuda:N (default: cuda when available)"},
+    "--trust-remote-code": {"action": "store_true", "help": TRUST_HELP},
+}
+
+#: The ``dest`` of the BEIR subsampling options (``--split --max-corpus --max-queries --seed``), for :func:`values`.
+SUBSAMPLE = ("split", "max_corpus", "max_queries", "seed")
+
+
+def add_option(parser: argparse.ArgumentParser, flag: str, **override: Any) -> argparse.Action:
+    """Add the shared option ``flag`` (a key of :data:`OPTIONS`), with ``override`` replacing declared keywords."""
+    return parser.add_argument(flag, **{**OPTIONS[flag], **override})
+
+
+def add_options(parser: argparse.ArgumentParser, *flags: str) -> None:
+    """Add the shared options ``flags`` as declared in :data:`OPTIONS`, in that order."""
+    for flag in flags:
+        add_option(parser, flag)
+
+
+def values(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """``{name: args.name}`` for ``names``: the keyword arguments a command passes on unchanged."""
+    return {name: getattr(args, name) for name in names}

@@ -1,0 +1,79 @@
+"""``st-magnitude evaluate MODEL --data BEIR_DIR...``: retrieval metrics with the model's own roles (see
+docs/evaluation.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from st_magnitude.cli._args import (
+    SUBSAMPLE,
+    add_option,
+    add_options,
+    check_output_file,
+    refuse_foreign_code,
+    set_threads,
+    similarity_arg,
+    similarity_names,
+    values,
+)
+
+DESCRIPTION = (
+    "Encode queries with encode_query and documents with encode_document, score with the model's own "
+    "similarity, exact search, metrics from pytrec_eval (via BEIR). Pooled AUC follows paper 001 §5.1 "
+    "(all positives + 500 hardest negatives per query, pooled)."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
+    add_options(p, "--data", "--split", "--max-corpus", "--max-queries", "--seed")
+    p.add_argument(
+        "--similarity",
+        type=similarity_arg("rescore"),
+        default=None,
+        metavar="{" + ",".join(similarity_names("rescore")) + "}",
+        help="score the raw embeddings with this similarity instead of the model's own",
+    )
+    p.add_argument("--require-roles", action="store_true", help="fail if the model has no query/document roles")
+    add_options(p, "--max-seq-length", "--on-missing")
+    add_option(p, "--batch-size", default=32)
+    add_options(p, "--threads")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
+    add_options(p, "--trust-remote-code")
+
+
+def run(args: argparse.Namespace) -> int:
+    from st_magnitude.integrations.evaluate import evaluate_folders, format_table
+
+    if args.json:
+        check_output_file(args.json, "--json")  # before the evaluation, not after it
+    refuse_foreign_code(args)  # before reading any data
+    set_threads(args)
+    rows = evaluate_folders(
+        args.model,
+        args.data,
+        roles_required=args.require_roles,
+        **values(args, *SUBSAMPLE, "similarity", "max_seq_length", "on_missing", "batch_size", "trust_remote_code"),
+    )
+    print(f"model: {args.model}")
+    print(format_table(rows))
+    if args.json:
+        _write_json_atomic(args.json, rows)
+    return 0
+
+
+def _write_json_atomic(path: str, obj) -> None:
+    target = Path(path).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
