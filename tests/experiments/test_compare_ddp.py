@@ -48,7 +48,7 @@ def setup(tmp_path):
     data = tmp_path / "beir"
     write_toy_beir(data / "toy", n_docs=24, n_queries=6, split="test")
     write_toy_beir(data / "toy", n_docs=16, n_queries=8, split="train", seed=1)  # 16 pairs, 2 per query
-    return tmp_path / "base", data
+    return tmp_path / "base", tmp_path  # the data folder: datasets under beir/
 
 
 SETTINGS = dict(

@@ -62,7 +62,7 @@ def setup(tmp_path, tiny_model):
     tiny_model.save(str(tmp_path / "base"))
     write_toy_beir(tmp_path / "beir" / "toy", n_docs=16, n_queries=4, split="test")
     write_toy_beir(tmp_path / "beir" / "toy", n_docs=16, n_queries=4, split="train", seed=1)
-    return tmp_path / "base", tmp_path / "beir"
+    return tmp_path / "base", tmp_path  # the data folder: datasets under beir/
 
 
 def test_compare_refuses_a_busy_folder_and_takes_over_after_its_holder_was_killed(setup, tmp_path):
