@@ -80,9 +80,11 @@ PROFILES: dict[str, dict[str, Any]] = {
 FULL_PROFILE_DEVIATIONS = (
     "1,000 steps instead of 100 epochs (~32,000 steps) and no best-checkpoint selection on a validation split "
     "(the final model is evaluated)",
-    "one process with batch 128, so 127 in-batch negatives; the paper's effective batch is 256 over 2 GPUs",
+    "batch 128 (127 in-batch negatives); the paper's effective batch is 256 over 2 GPUs: "
+    "`torchrun --nproc_per_node 2 -m st_magnitude.cli compare --full --batch-size 256` trains with that global batch, "
+    "negatives gathered across the processes",
     "trains on --train-data (default NFCorpus train) instead of MS MARCO v1.1 QA (81,795 pairs)",
-    "one seed (42) instead of three (0, 42, 1337)",
+    "one seed (42) instead of three (0, 42, 1337); --seeds 3 runs seeds 42, 43 and 44",
     "lr 5e-6 is the paper's choice for RetroMAE/E5/Qwen (2e-6 for Contriever), found by a grid search on those "
     "models; it was not searched for the base model used here",
     "max_seq_length 256 and the κ step's sizes are ours (the paper does not state them)",

@@ -89,6 +89,13 @@ class OutputLock:
         return pid_alive(info["pid"])
 
     # -- acquiring ------------------------------------------------------------------------------------------------
+    def _flock_or_refuse(self, fd: int) -> None:
+        """Take the exclusive lock on ``fd`` without waiting, or raise :class:`FolderLocked` naming the holder."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise self._refuse(self.holder()) from None
+
     def check_free(self) -> None:
         """Raise :class:`FolderLocked` now if a live process holds the folder (call before slow preparation)."""
         try:
@@ -97,10 +104,7 @@ class OutputLock:
             return  # no lock file (or no folder): free
         try:
             if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    raise self._refuse(self.holder()) from None
+                self._flock_or_refuse(fd)
                 fcntl.flock(fd, fcntl.LOCK_UN)
             elif self._held_by_live_process(self.holder()):
                 raise self._refuse(self.holder())
@@ -115,10 +119,7 @@ class OutputLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 if fcntl is not None:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except OSError:
-                        raise self._refuse(self.holder()) from None
+                    self._flock_or_refuse(fd)
                     # the holder may have removed the file between our open and flock: lock the file on disk
                     try:
                         same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
