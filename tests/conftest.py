@@ -170,6 +170,14 @@ def tiny_model(tiny_bert_dir):
 
 
 @pytest.fixture
+def saved_tiny(tiny_model, tmp_path) -> Path:
+    """``tiny_model`` saved to ``tmp_path/tiny`` (for the CLI and loading tests)."""
+    path = tmp_path / "tiny"
+    tiny_model.save(str(path))
+    return path
+
+
+@pytest.fixture
 def tiny_model_raw(tiny_bert_dir):
     """A fresh tiny SentenceTransformer without Normalize."""
     return build_tiny_st(tiny_bert_dir, normalize=False)

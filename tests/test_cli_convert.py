@@ -9,13 +9,6 @@ import pytest
 from st_magnitude.cli import main
 
 
-@pytest.fixture
-def saved_tiny(tiny_model, tmp_path):
-    path = tmp_path / "tiny"
-    tiny_model.save(str(path))
-    return path
-
-
 def test_convert_then_inspect(saved_tiny, tmp_path, capsys):
     out = tmp_path / "qnorm"
     with pytest.warns(UserWarning):

@@ -16,15 +16,8 @@ def toy(tmp_path):
     return write_toy_beir(tmp_path / "toy", n_docs=30, n_queries=8)
 
 
-@pytest.fixture
-def saved(tiny_model, tmp_path):
-    path = tmp_path / "model"
-    tiny_model.save(str(path))
-    return path
-
-
-def test_table_has_the_four_metrics_and_states_subsampling(saved, toy, capsys):
-    rc = main(["evaluate", str(saved), "--data", str(toy), "--max-corpus", "20", "--max-queries", "5"])
+def test_table_has_the_four_metrics_and_states_subsampling(saved_tiny, toy, capsys):
+    rc = main(["evaluate", str(saved_tiny), "--data", str(toy), "--max-corpus", "20", "--max-queries", "5"])
     out = capsys.readouterr().out
     assert rc == 0
     for col in ("ndcg@10", "recall@100", "mrr@10", "pooled_auc"):
@@ -48,9 +41,9 @@ def test_similarity_override_scores_raw_embeddings(tiny_model, toy):
         (["--data", "{toy}", "--require-roles"], "needs a model with query/document roles"),
     ],
 )
-def test_bad_inputs_exit_2_with_a_clear_message(saved, toy, capsys, args, message):
+def test_bad_inputs_exit_2_with_a_clear_message(saved_tiny, toy, capsys, args, message):
     args = [a.replace("{toy}", str(toy)) for a in args]
-    rc = main(["evaluate", str(saved), *args])
+    rc = main(["evaluate", str(saved_tiny), *args])
     assert rc == 2 and message in capsys.readouterr().err
 
 
@@ -59,14 +52,14 @@ def test_missing_model_folder(toy, tmp_path, capsys):
     assert rc == 2 and "does not exist" in capsys.readouterr().err
 
 
-def test_qrels_missing_ids_and_empty_corpus_via_cli(saved, toy, capsys):
+def test_qrels_missing_ids_and_empty_corpus_via_cli(saved_tiny, toy, capsys):
     with open(toy / "qrels" / "test.tsv", "a", newline="") as f:
         f.write("q0\tghost\t1\r\n")
-    assert main(["evaluate", str(saved), "--data", str(toy)]) == 2
+    assert main(["evaluate", str(saved_tiny), "--data", str(toy)]) == 2
     assert "missing from the corpus" in capsys.readouterr().err
-    assert main(["evaluate", str(saved), "--data", str(toy), "--on-missing", "drop"]) == 0
+    assert main(["evaluate", str(saved_tiny), "--data", str(toy), "--on-missing", "drop"]) == 0
     (toy / "corpus.jsonl").write_text("")
-    assert main(["evaluate", str(saved), "--data", str(toy)]) == 2
+    assert main(["evaluate", str(saved_tiny), "--data", str(toy)]) == 2
     assert "corpus is empty" in capsys.readouterr().err
 
 
