@@ -587,7 +587,9 @@ def sync_loss_held_gradients(loss: nn.Module) -> None:
     if not (torch.is_grad_enabled() and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return
     wrapped = isinstance(getattr(loss, "model", None), DistributedDataParallel)
-    if not (getattr(loss, "gather_across_devices", False) or wrapped):
+    # a wrapper (MagnitudeMatryoshkaLoss) gathers when the loss it wraps does
+    gathers = any(getattr(m, "gather_across_devices", False) for m in loss.modules())
+    if not (gathers or wrapped):
         return
     hooked = loss.__dict__.setdefault("_synced_parameters", set())
     for p in loss_held_parameters(loss):

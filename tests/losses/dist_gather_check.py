@@ -26,6 +26,7 @@ from st_magnitude.losses import (
     CachedMWLoss,
     CachedPartialNormInfoNCELoss,
     L2DirLoss,
+    MagnitudeMatryoshkaLoss,
     MWLoss,
     PartialNormInfoNCELoss,
 )
@@ -65,6 +66,10 @@ def make_losses(gather: bool, weight: torch.Tensor) -> dict[str, nn.Module]:
         out["mw_learnable_cached"] = CachedMWLoss(
             Linear(weight), "learnable", temperature=0.1, mini_batch_size=3, chunk_size=11, **raw
         )
+        # the Matryoshka wrapper around a gathering loss with a loss-held γ̂: the wrapper averages γ̂'s gradient
+        shared = Linear(weight)
+        inner = PartialNormInfoNCELoss(shared, "learnable", **raw)
+        out["matryoshka_learnable"] = MagnitudeMatryoshkaLoss(shared, inner, [DIM, DIM // 2])
         for name, cls, kw in (("l2dir", L2DirLoss, {}), ("l2dir_cached", CachedL2DirLoss, {"mini_batch_size": 3})):
             torch.manual_seed(5)  # the same NAP head everywhere
             head = NAPHead(DIM).double()

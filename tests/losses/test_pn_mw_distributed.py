@@ -57,6 +57,7 @@ def test_two_process_gather_equals_full_batch(tmp_path):
         "mw_learnable_cached",
         "l2dir",
         "l2dir_cached",
+        "matryoshka_learnable",
     }
     for name, r in report["results"].items():
         assert r["loss_abs_diff"] <= 1e-6 * max(1.0, abs(r["loss_1proc"])), (name, r)
