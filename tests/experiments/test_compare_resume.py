@@ -350,3 +350,20 @@ def test_a_loss_with_named_parts_is_recorded_as_their_sum(setup, tmp_path):
     C.run_compare(cfg(setup, out, variants=("cosine",), losses=("l2dir",), steps=2), log=quiet)
     train = json.loads((out / "runs" / "cosine-l2dir" / "train.json").read_text())
     assert train["train_steps"] == 2 and train["train_loss"] > 0
+
+
+def test_l2dir_resume_restores_the_nap_head(setup, tmp_path, monkeypatch):
+    # The NAP head lives in the loss, not the model: a resume that re-creates it untrained changes the steps after
+    # the checkpoint (InfoTN's gradient reaches the encoder through the head), so the final weights would differ.
+    l2dir = dict(variants=("cosine",), losses=("l2dir",))
+    ref_out = tmp_path / "reference"
+    C.run_compare(cfg(setup, ref_out, **l2dir), log=quiet)
+    out = tmp_path / "out"
+    interrupt_at(monkeypatch, 5)
+    with pytest.raises(KeyboardInterrupt):
+        C.run_compare(cfg(setup, out, **l2dir), log=quiet)
+    monkeypatch.undo()
+    ckpt = out / "runs" / "cosine-l2dir" / "checkpoints" / "checkpoint-4"
+    assert (ckpt / "loss_state.safetensors").is_file()
+    C.run_compare(cfg(setup, out, **l2dir), log=quiet)
+    assert_same_weights(weights(out, "cosine-l2dir"), weights(ref_out, "cosine-l2dir"))
