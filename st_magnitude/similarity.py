@@ -370,10 +370,6 @@ def _at_least_fp32(v: Tensor) -> Tensor:
     return v if v.dtype == torch.float64 else v.float()
 
 
-def _at_least_fp32(v: Tensor) -> Tensor:
-    return v if v.dtype == torch.float64 else v.float()
-
-
 class LearnableSimilarity(PowerNormSimilarity):
     """Learnable normalisation: qᵀd / (‖q‖^γq ‖d‖^γd), γ = sigmoid(γ̂) (paper 000 eq. 7).
 
