@@ -652,7 +652,7 @@ def _needs_package(model: SentenceTransformer) -> bool:
 def _served_name(model: SentenceTransformer) -> str | None:
     for m in model.modules():
         if isinstance(m, RoleNormalize):
-            return "learnable" if m.learnable else "fractional"
+            return "learnable" if m.learnable else name_of_gammas(m.gamma_query, m.gamma_document) or "fractional"
     gammas = model_gammas(model)
     return None if gammas is None else name_of_gammas(*gammas)
 

@@ -20,7 +20,7 @@ from st_magnitude import (
     model_gammas,
     strip_normalize,
 )
-from st_magnitude.similarity import CORNER_GAMMAS, get_similarity
+from st_magnitude.similarity import CORNER_GAMMAS, PowerNormSimilarity, get_similarity
 
 QUERIES = ["protein in cancer cell", "coffee and sleep", "diet and heart risk"]
 DOCS = ["the protein increase in cancer cell", "vitamin and diet effect on heart risk", "tea and sleep study", "fish"]
@@ -288,6 +288,23 @@ def test_converted_model_card_says_how_to_encode_and_what_to_install(tiny_bert_d
         assert "needs `sentence-transformers` alone" in card
     if name in ("qnorm", "dnorm"):
         assert "not meant for symmetric tasks" in card
+
+
+@pytest.mark.parametrize(
+    ("similarity", "served"),
+    [("qnorm", "qnorm"), ("dnorm", "dnorm"), (PowerNormSimilarity(0.25, 0.75), "fractional")],
+)
+def test_card_of_a_fixed_role_normalize_names_its_corner(tiny_bert_dir, tmp_path, similarity, served):
+    # portable=False carries qnorm/dnorm as a fixed RoleNormalize: the card named it "fractional"
+    from conftest import build_tiny_st
+
+    model = build_tiny_st(tiny_bert_dir, normalize=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        apply_similarity(model, similarity, portable=False)
+    card = _readme(model, tmp_path / "m")
+    assert f"serve the **{served}** similarity" in card
+    assert "pip install -U sentence-transformers st-magnitude" in card
 
 
 def test_convert_writes_a_new_card_instead_of_the_base_readme(tiny_bert_dir, tmp_path):
