@@ -133,15 +133,14 @@ def label_free_doc_norm_cohens_d(
         raise ValueError(f"need [Q, n] queries and [M, n] documents, got {q.shape} and {d.shape}")
     if k <= 0:
         raise ValueError(f"k must be positive, got {k}")
-    norms = np.linalg.norm(d, axis=1)
-    dn = d / np.maximum(norms, 1e-12)[:, None]
-    qn = q / np.maximum(np.linalg.norm(q, axis=1), 1e-12)[:, None]
-    kk = min(k, d.shape[0])
+    from st_magnitude.evaluation.search import topk_search
+    from st_magnitude.similarity import get_similarity
+
+    # the search core with the registry's cosine (documents normalised once per chunk, one matmul)
+    _, top = topk_search(q, d, k, get_similarity("cosine"), query_chunk_size=chunk_size)
     pseudo = np.zeros(d.shape[0], dtype=bool)
-    for start in range(0, q.shape[0], chunk_size):
-        scores = qn[start : start + chunk_size] @ dn.T
-        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
-        pseudo[top.ravel()] = True
+    pseudo[top.numpy().ravel()] = True
+    norms = np.linalg.norm(d, axis=1)
     a, b = norms[pseudo], norms[~pseudo]
     if a.size < 2 or b.size < 2:
         raise ValueError(

@@ -119,7 +119,7 @@ def pooled_auc_pools(
     for start in chunks:
         stop = min(start + chunks.step, len(query_ids))
         scores = _score(score_fn, query_embeddings[start:stop], corpus_embeddings)
-        masked = scores.clone()
+        masked = scores  # masked in place: the positives are gathered (copied) out of each row before its masking
         for row, qid in enumerate(query_ids[start:stop]):
             rel = [pos_of[d] for d, g in qrels.get(qid, {}).items() if g > 0 and d in pos_of]
             if rel:

@@ -186,7 +186,7 @@ def _candidates(scores: Tensor, cut: Tensor, start: int) -> tuple[Tensor, Tensor
     """Entries of ``scores`` above each row's current k-th best ``cut`` (and NaNs), padded to ``[rows, m]`` with −∞
     at position ``2**62``; ``None`` when there are too many for this to beat a ``topk``.
 
-    One pass takes the maximum of every group of 64 columns (a strided view, no copy); only groups whose maximum
+    One pass takes the maximum of every group of _GROUP columns (a strided view, no copy); only groups whose maximum
     passes are looked at column by column. Entries equal to ``cut`` are left out: they come later in the corpus than
     the k-th entry kept so far, so they lose the tie. NaN passes ``not (s <= cut)`` and is turned into −∞ (and
     counted) here.

@@ -8,6 +8,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from sentence_transformers.util import dot_score
+
 from st_magnitude.evaluation.ir import (
     RoleIREvaluator,
     encode_roles,
@@ -117,10 +119,6 @@ def evaluate_model(
     }
 
 
-def _dot(q, d):
-    return q @ d.T
-
-
 def _evaluate_from_raw(
     model, scored, ev: RoleIREvaluator, similarity, raw_views: Sequence[str], norms: bool
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -147,7 +145,7 @@ def _evaluate_from_raw(
         mq, md = encode_roles(model, ev.queries[:4], ev.corpus_texts[:4], batch_size=ev.batch_size)
         if not (torch.allclose(mq, q[:4], atol=1e-4, rtol=1e-4) and torch.allclose(md, d[:4], atol=1e-4, rtol=1e-4)):
             raise RuntimeError("model encode_query/encode_document disagree with the similarity it carries")
-        score_fn = _dot  # φ already applied: the model's own scores
+        score_fn = dot_score  # φ already applied: the model's own scores (search's one-matmul path)
     metrics = ev.evaluate_embeddings(q, d, score_fn)
     for view in views:
         r = exact_search(rq, rd, ev.query_ids, ev.corpus_ids, top_k=10, score_fn=view)
