@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import sync_loss_held_gradients
+from st_magnitude.losses._common import set_roles, sync_loss_held_gradients
 from st_magnitude.losses.margin_contrastive import SCALING_CITATION
 
 __all__ = ["MagnitudeMatryoshkaLoss"]
@@ -89,11 +89,10 @@ class MagnitudeMatryoshkaLoss(nn.Module):
         self.set_roles = bool(set_roles)
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> dict[str, Tensor]:
-        embeddings = []
-        for i, f in enumerate(sentence_features):
-            if self.set_roles and "task" not in f:
-                f["task"] = "query" if i == 0 else "document"
-            embeddings.append(self.model(f)["sentence_embedding"])
+        features = list(sentence_features)
+        if self.set_roles:
+            features = set_roles(features)
+        embeddings = [self.model(f)["sentence_embedding"] for f in features]
         sync_loss_held_gradients(self)  # parameters of the inner loss (γ̂) average over processes like the model's
         return self.compute_loss_from_embeddings(embeddings, labels)
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from st_magnitude._lazy import moved_exports
-from st_magnitude.losses._common import check_columns, check_finite
+from st_magnitude.losses._common import check_columns, check_finite, set_roles
 from st_magnitude.similarity import Similarity, get_similarity
 
 logger = logging.getLogger(__name__)
@@ -165,11 +165,9 @@ class MarginContrastiveLoss(nn.Module):
         features = list(sentence_features)
         if len(features) < 2:
             raise ValueError(f"expected (query, positive, negative_1..k) columns, got {len(features)} column(s)")
-        embeddings = []
-        for i, f in enumerate(features):
-            if self.set_roles and "task" not in f:
-                f["task"] = "query" if i == 0 else "document"
-            embeddings.append(self.model(f)["sentence_embedding"])
+        if self.set_roles:
+            features = set_roles(features)
+        embeddings = [self.model(f)["sentence_embedding"] for f in features]
         return self.compute_loss_from_embeddings(embeddings, labels)
 
     def compute_loss_from_embeddings(self, embeddings: Sequence[Tensor], labels: Tensor | None) -> dict[str, Tensor]:

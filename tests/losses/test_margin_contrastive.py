@@ -226,3 +226,17 @@ def test_magnitude_matryoshka_slices_without_normalising(tiny_model_raw):
         MagnitudeMatryoshkaLoss(tiny_model_raw, inner, [16]).compute_loss_from_embeddings(embs, teacher)
     with pytest.raises(ValueError, match="compute_loss_from_embeddings"):
         MagnitudeMatryoshkaLoss(tiny_model_raw, torch.nn.Identity(), [4])
+
+
+def test_roles_filled_when_router_preprocess_left_task_none(tiny_model_raw, sentences):
+    # a Router model's preprocess() stores "task": None when no router_mapping is given; the roles must still be set
+    from st_magnitude.losses.magnitude_matryoshka import MagnitudeMatryoshkaLoss
+
+    teacher = torch.tensor([[2.0, 1.0], [1.0, 0.0]])
+    for loss in (
+        BertRecipeLoss(tiny_model_raw),
+        MagnitudeMatryoshkaLoss(tiny_model_raw, BertRecipeLoss(tiny_model_raw), [8]),
+    ):
+        feats = [{**tiny_model_raw.preprocess(sentences[i : i + 2]), "task": None} for i in (0, 2, 4)]
+        loss(feats, teacher)
+        assert [f["task"] for f in feats] == ["query", "document", "document"]
