@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from st_magnitude._lazy import moved_exports
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
+from st_magnitude.losses._common import sync_loss_held_gradients
 from st_magnitude.modules.revela_attention import (
     REVELA_ATTENTION,
     STATE_KWARG,
@@ -409,6 +410,9 @@ class RevelaLoss(nn.Module):
             raise ValueError(_B2_MESSAGE.format(b=bsz))
         query_embeddings = self.model(query_features)["sentence_embedding"]
         passage_embeddings = self.model(passage_features)["sentence_embedding"]
+        # a trainable LM lives in the loss, outside DDP: under DDP its gradients are averaged here like the model's
+        # (one all_reduce per LM tensor: correct, not bucketed)
+        sync_loss_held_gradients(self)
         return self.compute_loss_from_embeddings(
             query_embeddings, passage_embeddings, lm_features["input_ids"], lm_features["attention_mask"]
         )
