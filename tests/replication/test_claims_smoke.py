@@ -132,8 +132,11 @@ def test_cli_list_and_report(tmp_path, capsys):
 
 def test_committed_page_is_generated_from_the_committed_results():
     page, results = REPO / "docs" / "replication.md", REPO / "docs" / "replication" / "results"
-    if not page.is_file():
-        pytest.skip("docs/replication.md not generated yet")
+    if not page.is_file() and not any(results.glob("*.json")):
+        pytest.skip("no committed results and no docs/replication.md yet")
+    assert page.is_file(), (
+        "results are committed but docs/replication.md is missing: run `st-magnitude replicate --report`"
+    )
     assert page.read_text(encoding="utf-8") == render_report(results), (
         "docs/replication.md differs from the result JSONs: run `st-magnitude replicate --report`"
     )
