@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -158,7 +157,6 @@ def test_sigint_is_one_line_not_a_traceback(world, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip().splitlines() == ["st-magnitude evaluate: interrupted"]
-    assert signal.SIGINT  # the signal the test sent
 
 
 def test_failed_diagnose_and_mteb_run_leave_no_output_folder(world, tmp_path, monkeypatch, capsys):

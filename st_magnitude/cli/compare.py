@@ -6,7 +6,7 @@ import argparse
 import sys
 import textwrap
 
-from st_magnitude.cli._args import add_options, values
+from st_magnitude.cli._args import add_options, positive_int, values
 from st_magnitude.experiments.compare import (
     DEFAULT_MODEL,
     DEFAULT_VARIANTS,
@@ -94,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--seeds",
-        type=int,
+        type=positive_int,
         default=1,
         help="repeat every run with seeds SEED, SEED+1, … (in OUT/seed-S/) and report means with 95%% intervals "
         "and which differences are within noise (default 1: one run, no intervals)",
@@ -119,8 +119,6 @@ def run(args: argparse.Namespace) -> int:
     if args.quick and args.full:
         raise ValueError("choose one of --quick and --full")
     check_device(args.device)
-    if args.seeds < 1:
-        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
     profile = "full" if args.full else "quick"
     settings = dict(PROFILES[profile])
     for key in ("steps", "batch_size", "max_seq_length", "learning_rate", "max_corpus", "max_queries", "kappa_pairs"):

@@ -2,7 +2,7 @@
 
 A launch is read from the environment the launchers set (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); without it
 every helper is the single-process no-op, so one code path serves both. Rank 0 does all file writing and
-evaluation; the other processes train with it (DDP) and wait at :func:`barrier` / :func:`rank0_decides`.
+evaluation; the other processes train with it (DDP) and wait at :func:`rank0_decides` / :func:`rank0_only`.
 """
 
 from __future__ import annotations
@@ -64,13 +64,6 @@ def init(device: str) -> None:
         torch.cuda.set_device(device)
     dist.init_process_group(backend=backend, timeout=TIMEOUT)
     logger.info("process group: %s, rank %d of %d", backend, rank(), world_size())
-
-
-def barrier() -> None:
-    if distributed():
-        import torch.distributed as dist
-
-        dist.barrier()
 
 
 def broadcast(obj: T) -> T:

@@ -315,12 +315,8 @@ class _TrainProgress:
             return None
         return cls(**saved["attributes"])
 
-    def record(self, module, inputs, output) -> None:  # forward hook on the loss module
-        import torch
-
-        # a loss may return named parts (L2Dir: infonce + infotn): the Trainer optimises their sum, so record that
-        value = torch.stack([v.detach() for v in output.values()]).sum() if isinstance(output, dict) else output
-        self.loss_sum += float(value.detach())
+    def record(self, module, inputs, output) -> None:  # called by train_run's forward hook with the summed loss
+        self.loss_sum += float(output)
         self.loss_steps += 1
 
     def start(self) -> None:

@@ -165,7 +165,7 @@ def _decide_worker(rank: int, store: str, out: str) -> None:
         _dist.rank0_decides(lambda: (_ for _ in ()).throw(FileExistsError("folder busy")))
     except Exception as exc:  # noqa: BLE001 - recorded for the test
         seen["error"] = f"{type(exc).__name__}: {exc}"
-    _dist.barrier()
+    dist.barrier()
     dist.destroy_process_group()
     Path(out, f"rank{rank}.json").write_text(json.dumps(seen))
 

@@ -344,12 +344,23 @@ def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch
     assert "departs from the paper" in compare_cli._description()
 
 
-def test_a_loss_with_named_parts_is_recorded_as_their_sum(setup, tmp_path):
+def test_a_loss_with_named_parts_is_recorded_as_their_sum(setup, tmp_path, monkeypatch):
     """L2DirLoss returns {"infonce", "infotn"}; the Trainer optimises (and reports) their sum."""
     out = tmp_path / "out"
+    parts: list[dict[str, float]] = []
+    real = C.build_loss
+
+    def build_loss(*args, **kwargs):  # the parts each step returned, seen independently of compare's own hook
+        loss = real(*args, **kwargs)
+        loss.register_forward_hook(lambda m, i, o: parts.append({k: float(v) for k, v in o.items()}))
+        return loss
+
+    monkeypatch.setattr(C, "build_loss", build_loss)
     C.run_compare(cfg(setup, out, variants=("cosine",), losses=("l2dir",), steps=2), log=quiet)
     train = json.loads((out / "runs" / "cosine-l2dir" / "train.json").read_text())
-    assert train["train_steps"] == 2 and train["train_loss"] > 0
+    assert train["train_steps"] == len(parts) == 2
+    assert all(set(p) == {"infonce", "infotn"} and p["infotn"] > 0 for p in parts)  # one part alone would differ
+    assert train["train_loss"] == pytest.approx(sum(sum(p.values()) for p in parts) / 2, rel=1e-6)
 
 
 def test_l2dir_resume_restores_the_nap_head(setup, tmp_path, monkeypatch):
