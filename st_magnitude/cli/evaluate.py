@@ -4,11 +4,8 @@ docs/evaluation.md)."""
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import tempfile
-from pathlib import Path
 
+from st_magnitude._files import write_json_atomic
 from st_magnitude.cli._args import (
     SUBSAMPLE,
     add_option,
@@ -62,18 +59,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"model: {args.model}")
     print(format_table(rows))
     if args.json:
-        _write_json_atomic(args.json, rows)
+        write_json_atomic(args.json, rows)
     return 0
-
-
-def _write_json_atomic(path: str, obj) -> None:
-    target = Path(path).absolute()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -143,7 +143,6 @@ def sync_outside_ddp(model, pattern: str) -> list[str]:
         return []
     import re
 
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     matched = [(name, p) for name, p in model.named_parameters() if p.requires_grad and re.search(pattern, name)]
@@ -152,11 +151,6 @@ def sync_outside_ddp(model, pattern: str) -> list[str]:
     ignored = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ())) | {name for name, _ in matched}
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, sorted(ignored))
 
-    def average(grad):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad / world_size()
-
     for _, p in matched:
-        p.register_hook(average)
+        p.register_hook(mean)  # the gradient averaged over the processes, as DDP would
     return [name for name, _ in matched]

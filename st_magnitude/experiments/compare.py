@@ -25,7 +25,6 @@ import csv
 import dataclasses
 import json
 import logging
-import os
 import random
 import shutil
 import time
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._files import write_json_atomic
 from st_magnitude._similarity_names import similarity_names, validate_similarity_name  # torch-free
 from st_magnitude.experiments import _dist
 from st_magnitude.experiments.lock import OutputLock
@@ -469,7 +469,7 @@ def train_run(
         if model_dir.exists():
             shutil.rmtree(model_dir)
         model.save(str(model_dir))
-        _atomic_json(run_dir / "train.json", info)
+        write_json_atomic(run_dir / "train.json", info)
         (model_dir / ".complete").write_text("ok")
         shutil.rmtree(ckpt_dir, ignore_errors=True)
 
@@ -557,12 +557,6 @@ _ROW_INFO = ("dataset", "split", "queries", "corpus", "note", "scored_with", "se
 # ----------------------------------------------------------------------------------------------------------------
 # the workflow
 # ----------------------------------------------------------------------------------------------------------------
-def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=float))
-    os.replace(tmp, path)
-
-
 def run_compare(config: CompareConfig, log=print) -> dict[str, Any]:
     """Run (or resume) the comparison; returns ``{"rows": [...], "kappa": {...}, "output_dir": ...}``."""
     import torch
@@ -670,7 +664,7 @@ def _run_locked(
         _check_fingerprint(out, config)
         record = {"fingerprint": config.fingerprint(), "config": dataclasses.asdict(config), "base_model": base_desc}
         record.update(device=device, processes=_dist.world_size())
-        _atomic_json(cfg_path, record)
+        write_json_atomic(cfg_path, record)
 
     _dist.rank0_decides(write_config)  # a refusal there stops every process
     log(f"base model: {base_desc} | device: {device} | profile: {config.profile}")
@@ -707,7 +701,7 @@ def _run_locked(
                 "pairs": source,
                 "settings": config.kappa_key(),
             }
-            _atomic_json(kappa_path, kappa)
+            write_json_atomic(kappa_path, kappa)
         log(f"κ rule on the base model: {kappa['summary']}")
         return kappa
 
@@ -776,7 +770,7 @@ def _run_locked(
                     "eval": {**previous.get("eval", {}), **{es.name: eval_keys[es.name] for es in todo}},
                     "eval_seconds": previous.get("eval_seconds", 0.0) + time.perf_counter() - t0,
                 }
-                _atomic_json(metrics_path, record)
+                write_json_atomic(metrics_path, record)
             # the table holds exactly the requested datasets (records may hold more from earlier invocations)
             all_norms[run_id] = {es.name: record["norms"][es.name] for es in eval_sets}
             for ds in (es.name for es in eval_sets):

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from st_magnitude._files import write_json_atomic
 from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.common import Context, resolve_data_dir, resolve_device, set_seed
 
@@ -93,13 +94,6 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
     if out.get("full_result"):
         out["full_result"] = Path(out["full_result"]).name
     return out
-
-
-def _atomic_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=float, allow_nan=True))
-    os.replace(tmp, path)
 
 
 def run_claim(
@@ -174,16 +168,16 @@ def run_claim(
             result["wall_seconds"] = time.perf_counter() - ts
             record["seeds"].append(result)
             record["wall_seconds"] = time.perf_counter() - t0
-            _atomic_json(full_path, record)
+            write_json_atomic(full_path, record, indent=1)
     record["decision"] = claim.decide(record["seeds"], settings)
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
     record["wall_seconds"] = time.perf_counter() - t0
     record["finished_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    _atomic_json(full_path, record)
+    write_json_atomic(full_path, record, indent=1)
     record["full_result"] = str(full_path)
     if results is not None:
-        _atomic_json(Path(results) / f"{name}.json", summary(record))
+        write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
     return record
 
 
@@ -199,9 +193,9 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
     record["redecided_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    _atomic_json(path, record)
+    write_json_atomic(path, record, indent=1)
     record["full_result"] = str(path)
     if results is not None:
         name = f"{record['claim']}-{record['profile']}" + (f"-{record['tag']}" if record.get("tag") else "")
-        _atomic_json(Path(results) / f"{name}.json", summary(record))
+        write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
     return record
