@@ -520,8 +520,9 @@ def revela_lora_config(
     ``"FEATURE_EXTRACTION"`` for a decoder retriever (``retriever.add_adapter(revela_lora_config(
     "FEATURE_EXTRACTION"))``). Extra keyword arguments go to ``LoraConfig``.
     """
-    from peft import LoraConfig
+    from st_magnitude._peft import require_peft
 
+    LoraConfig = require_peft().LoraConfig
     allowed = ("CAUSAL_LM", "FEATURE_EXTRACTION")
     if task_type not in allowed:
         raise ValueError(f"task_type must be one of {allowed}; got {task_type!r}")
@@ -597,6 +598,9 @@ def build_decoder_retriever(
         device=device,
     )
     if lora is not None:
+        from st_magnitude._peft import require_peft
+
+        require_peft()
         model.add_adapter(lora)
     return model
 

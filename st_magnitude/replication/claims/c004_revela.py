@@ -69,11 +69,12 @@ def load_lm(ctx: Context, retriever):
 
 
 def _lora(module, r: int, alpha: int):
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("LoRA needs peft: pip install peft") from exc
-    return get_peft_model(module, LoraConfig(r=r, lora_alpha=alpha, target_modules="all-linear", lora_dropout=0.0))
+    from st_magnitude._peft import require_peft
+
+    peft = require_peft()
+    return peft.get_peft_model(
+        module, peft.LoraConfig(r=r, lora_alpha=alpha, target_modules="all-linear", lora_dropout=0.0)
+    )
 
 
 def load_retriever(ctx: Context):
