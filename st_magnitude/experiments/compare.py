@@ -458,7 +458,7 @@ def train_run(
         "resumed": resume_from is not None,
         "resumed_from_step": int(resume_from.name.removeprefix("checkpoint-")) if resume_from is not None else None,
     }
-    from st_magnitude.convert import model_gammas
+    from st_magnitude.model_info import model_gammas
 
     g = model_gammas(model)
     if g is not None:

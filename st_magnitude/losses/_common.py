@@ -29,7 +29,7 @@ from sentence_transformers.util import all_gather_with_grad, get_rank, get_world
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from st_magnitude.convert import carried_similarity, model_gammas
+from st_magnitude.model_info import carried_similarity, model_gammas
 from st_magnitude.similarity import (
     LearnableSimilarity,
     PowerNormSimilarity,

@@ -37,11 +37,11 @@ def converted(tiny_model, variant):
 
 def old_compare_evaluation(model, es, batch_size=64):
     """compare's evaluation before it moved to integrations.evaluate (verbatim, on the same sorted ids)."""
-    from st_magnitude.convert import model_similarity
     from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
     from st_magnitude.evaluation.ir import encode_roles, exact_search, per_query_metrics, retrieval_metrics
     from st_magnitude.integrations.data import doc_text
     from st_magnitude.integrations.models import raw_model
+    from st_magnitude.model_info import model_similarity
     from st_magnitude.similarity import get_similarity
 
     data = es.data
