@@ -124,7 +124,7 @@ def test_kappa_pair_budget_defaults_to_8n(tiny_model, toy, tmp_path, monkeypatch
 
 def test_compare_profiles_size_the_kappa_step_from_the_dim():
     # issue 12 item 1: compare's quick/full κ steps use the 8n default (800 / 2000 were below it for n = 384)
-    from st_magnitude.experiments.compare import PROFILES, CompareConfig
+    from st_magnitude.experiments.config import PROFILES, CompareConfig
 
     assert PROFILES["quick"]["kappa_pairs"] is None and PROFILES["full"]["kappa_pairs"] is None
     assert CompareConfig().kappa_pairs is None
