@@ -160,7 +160,7 @@ def test_core_modules_stay_below_their_users():
 
 
 def test_losses_stay_below_callbacks():
-    """``callbacks/`` reads a loss's state through ``losses/_common`` (the loss-state protocol): never the reverse."""
+    """``callbacks/`` reads a loss's state through ``losses/_loss_state``: never the reverse."""
     graph = import_graph()
     bad = sorted(
         (mod, dep)

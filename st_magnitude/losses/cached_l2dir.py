@@ -10,11 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import (
-    CachedLoss,
-    forward_cached_scaled,
-    sync_loss_held_gradients,
-)
+from st_magnitude.losses._common import CachedLoss
+from st_magnitude.losses._loss_state import forward_cached_scaled, sync_loss_held_gradients
 from st_magnitude.losses.l2dir import L2DirLoss
 from st_magnitude.modules.nap_head import NAPHead, modality_key
 

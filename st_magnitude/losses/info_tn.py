@@ -12,13 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import (
-    check_columns,
-    check_finite,
-    check_has_negatives,
-    feature_rows,
-    sync_loss_held_gradients,
-)
+from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, feature_rows
+from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.modules.nap_head import NAPHead, NAPInputTap, modality_key
 from st_magnitude.similarity import get_similarity
 

@@ -25,14 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import (
-    check_columns,
-    check_finite,
-    check_has_negatives,
-    feature_rows,
-    gather_columns,
-    sync_loss_held_gradients,
-)
+from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, feature_rows, gather_columns
+from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.losses.info_tn import (
     _CITATION,
     InfoTNCollapseWarning,

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from st_magnitude._lazy import moved_exports
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
-from st_magnitude.losses._common import sync_loss_held_gradients
+from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.modules.revela_attention import (
     REVELA_ATTENTION,
     STATE_KWARG,
