@@ -202,7 +202,7 @@ def _kappa_step(job: _Job, base_model) -> dict | None:
     kappa_path = job.out / "kappa.json"
     kappa = _read_json(kappa_path)
     if not (kappa and kappa.get("settings") == json.loads(json.dumps(config.kappa_key()))):
-        from st_magnitude.diagnostics.report import run_kappa
+        from st_magnitude.diagnostics.kappa_rule import run_kappa
 
         res, secs, source = run_kappa(
             base_model,
