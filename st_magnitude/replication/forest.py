@@ -10,7 +10,12 @@ from typing import Any
 
 __all__ = ["VERDICT_COLOURS", "judged_comparisons", "write_forest"]
 
-VERDICT_COLOURS = {"reproduces": "#1a9850", "contradicts": "#d73027", "inconclusive": "#7f7f7f"}
+VERDICT_COLOURS = {
+    "reproduces": "#1a9850",
+    "contradicts": "#d73027",
+    "inconclusive": "#7f7f7f",
+    "not reached at this budget": "#5e9fd6",  # a gate failed: the rule's parts are drawn but were not judged
+}
 
 _CLAIM_RULE = re.compile(r"([<>])\s*([+-]?[0-9.]+(?:e[+-]?[0-9]+)?)\s*$")
 
@@ -34,9 +39,16 @@ def _walk(decision: dict[str, Any]):
 
 def judged_comparisons(label: str, record: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per judged interval of a finished result: ``{label, what, estimate, low, high, expect, threshold,
-    verdict}``."""
+    verdict}``. When the result's own verdict is none of the rule's (a gate failed: "not reached at this budget"),
+    every row carries that verdict instead of the part's."""
     rows = []
-    for part in _walk(record.get("decision", {})):
+    decision = record.get("decision", {})
+    gated = (
+        decision.get("verdict")
+        if decision.get("verdict") not in ("reproduces", "contradicts", "inconclusive")
+        else None
+    )
+    for part in _walk(decision):
         c, rule = part["comparison"], _threshold(part)
         rows.append(
             {
@@ -47,7 +59,7 @@ def judged_comparisons(label: str, record: dict[str, Any]) -> list[dict[str, Any
                 "high": c["ci"]["high"],
                 "expect": rule[0] if rule else None,
                 "threshold": rule[1] if rule else None,
-                "verdict": part["verdict"],
+                "verdict": gated or part["verdict"],
             }
         )
     return rows
@@ -90,7 +102,8 @@ def write_forest(rows: list[dict[str, Any]], path: str | os.PathLike) -> Path:
     ax.tick_params(axis="y", labelsize=8)
     ax.set_ylim(-0.7, n - 0.3)
     ax.set_xlabel("difference a − b (each comparison in its own metric's units), 95% interval")
-    handles = [Line2D([], [], color=c, lw=2.2, marker="o", label=v) for v, c in VERDICT_COLOURS.items()]
+    shown = {r["verdict"] for r in rows} | {"reproduces", "contradicts", "inconclusive"}
+    handles = [Line2D([], [], color=c, lw=2.2, marker="o", label=v) for v, c in VERDICT_COLOURS.items() if v in shown]
     handles.append(
         Line2D(
             [],

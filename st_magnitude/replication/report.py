@@ -170,14 +170,15 @@ def render_report(results_dir: str | os.PathLike, coverage: str | os.PathLike | 
             f"({FOREST_PATH})",
             "",
             "Every judged comparison: the dot is the estimate, the bar its 95% interval, the black tick the verdict "
-            "rule's threshold (pointing to the claimed side); colour = verdict (green reproduces, red contradicts, "
-            "grey inconclusive). The dotted line is 0.",
+            "rule's threshold (< or > marks the claimed side); colour = verdict (green reproduces, red contradicts, "
+            "grey inconclusive, blue: a gate failed, not reached at this budget). The dotted line is 0.",
             "",
         ]
     lines += ["## Summary", ""]
     lines += [
-        "| claim | profile | verdict | seeds | CPU time | wall time | load (1-min, start → end) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| claim | profile | verdict | seeds | CPU time | wall time | load (1-min, start → end) "
+        "| what it can establish |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for c in claims:
         for profile in PROFILES:
@@ -235,12 +236,18 @@ def _coverage_cell(x: float) -> str:
 
 def _summary_row(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str]) -> str:
     if rec is None or rec.get("status") != "finished":
-        return f"| {c.id} | {profile} | {_not_run(c, profile, reasons)} | — | — | — | — |"
+        return f"| {c.id} | {profile} | {_not_run(c, profile, reasons)} | — | — | — | — | {_can(c, profile, None)} |"
     cost = _cost(rec)
     return (
         f"| {c.id} | {_label(profile, rec)} | **{rec['verdict']}** | {len(rec['seeds'])} | "
-        f"{cost['cpu']} | {cost['wall']} | {cost['load']} |"
+        f"{cost['cpu']} | {cost['wall']} | {cost['load']} | {_can(c, profile, rec)} |"
     )
+
+
+def _can(c, profile: str, rec: dict[str, Any] | None) -> str:
+    """The claim's one line on what a run of this profile can establish (the record's, else the claim's)."""
+    text = (rec or {}).get("can_establish") or getattr(c, "can_establish", {}).get(profile, "")
+    return _cell(text) if text else "—"
 
 
 def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str]) -> list[str]:
@@ -279,6 +286,10 @@ def _comparisons(rec: dict[str, Any]) -> list[str]:
             notes.append(
                 f"- judged → {part['verdict']}: {_cell(part.get('claim', ''))} ({_cell(part.get('reason', ''))})"
             )
+    for g in d.get("gates", []):
+        notes.append(f"- gate {'passed' if g['passed'] else 'FAILED'}: {_cell(g['gate'])} ({_cell(g['reason'])})")
+    if d.get("gate_note"):
+        notes.append(f"- {_cell(d['gate_note'])}; the rule alone would say: {d.get('ungated_verdict', '—')}")
     if d.get("note"):
         notes.append(f"- note: {_cell(d['note'])}")
     if "fit" in d:

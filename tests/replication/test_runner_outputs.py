@@ -115,3 +115,20 @@ def test_forest_rows_carry_the_rule_and_the_report_writes_the_plot(stub, tmp_pat
     var = [vc["seed"] / 2, vc["item"] / 30, vc["residual"] / 60]  # 2 seeds × 30 items
     shares = " / ".join(f"{100 * v / sum(var):.0f}%" for v in var)
     assert f"| {shares} |" in page.read_text()  # the details table shows where the interval's variance comes from
+
+
+def test_a_failed_gate_shows_on_the_page_and_in_the_forest(stub, tmp_path):
+    from st_magnitude.replication.report import forest_rows, render_report
+
+    results = tmp_path / "results"
+    runner.run_claim("001", seeds=2, results=results, **stub)
+    path = results / "001-cpu.json"
+    rec = json.loads(path.read_text())
+    gate = {"gate": "infonce beats the untrained base", "passed": False, "reason": "m: within noise"}
+    rec["decision"].update(gates=[gate], ungated_verdict=rec["verdict"], gate_note="gate failed, nothing judged")
+    rec["verdict"] = rec["decision"]["verdict"] = "not reached at this budget"
+    path.write_text(json.dumps(rec))
+    text = render_report(results)
+    assert "- gate FAILED: infonce beats the untrained base (m: within noise)" in text
+    assert "| 001 | cpu | **not reached at this budget** |" in text
+    assert [r["verdict"] for r in forest_rows(results)] == ["not reached at this budget"]
