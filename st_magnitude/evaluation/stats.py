@@ -45,11 +45,14 @@ variant (same query ids in the same order) and call ``compare_arms(per_seed_a, p
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ArmComparison",
@@ -61,10 +64,10 @@ __all__ = [
     "crossed_interval",
     "crossed_intervals",
     "jackknife_pseudo_values",
-    "variance_components",
     "paired_bootstrap",
     "paired_bootstrap_fn",
     "seed_interval",
+    "variance_components",
     "verdict",
 ]
 
@@ -295,7 +298,12 @@ def crossed_interval(diffs: np.ndarray, *, confidence: float = 0.95, center: flo
     if vc.se == 0:
         return Interval(m, m, m, confidence, f"no variation in the paired differences ({vc.covers})")
     half = float(stats.t.ppf(0.5 + confidence / 2, vc.df)) * vc.se
-    how = f"t (Satterthwaite df {vc.df:.1f}) on seed + item + seed×item variance ({vc.covers})"
+    if vc.n_seeds == 1:
+        how = f"t over {vc.n_items} items, df {vc.df:.0f} (1 seed: item noise only, seed noise not covered)"
+    elif vc.n_items == 1:
+        how = f"t over {vc.n_seeds} seeds, df {vc.df:.0f} (1 item: seed noise only, item noise not covered)"
+    else:
+        how = f"t (Satterthwaite df {vc.df:.1f}) on seed + item + seed×item variance"
     return Interval(m, m - half, m + half, confidence, how)
 
 
@@ -444,6 +452,10 @@ def compare_arms(
     diffs = tuple(c.estimate for c in per_seed_ci)
     across = seed_interval(diffs, confidence=confidence)
     vc = variance_components(matrix)
+    if not vc.seed_noise_covered:
+        logger.warning(
+            "%s: %s − %s from 1 seed: the interval covers item noise only, not seed noise", metric, arm_a, arm_b
+        )
     ci = crossed_interval(matrix, confidence=confidence, center=float(np.mean(diffs)))
     return ArmComparison(metric, arm_a, arm_b, mean_a, mean_b, diffs, per_seed_ci, across, boot, ci, len(diffs), vc)
 
