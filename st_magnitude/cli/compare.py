@@ -97,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         help="repeat every run with seeds SEED, SEED+1, … (in OUT/seed-S/) and report means with 95%% intervals "
-        "and which differences are within noise (default 1: one run, no intervals)",
+        "and which differences are within noise (default 1: one run, no intervals; 5 is the recommended count)",
     )
     p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
     add_options(p, "--device", "--trust-remote-code")

@@ -16,26 +16,38 @@ DEFAULT_RESULTS = "docs/replication/results"
 DEFAULT_REPORT = "docs/replication.md"
 
 
+DEFAULT_OUT = "runs/replication"
+
 DESCRIPTION = (
-    "Run one paper claim with N seeds and write its result JSON; --list names the claims; "
-    "--report regenerates docs/replication.md from the result JSONs."
+    "Run one paper claim with N seeds and write its result JSON to --out (and a summary to --results DIR only when "
+    "asked); --list names the claims with their recorded cost; --report regenerates docs/replication.md and "
+    "docs/replication/forest.png from the result JSONs."
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("claim", nargs="?", help="claim id (see --list)")
-    p.add_argument("--list", action="store_true", help="list the claims and exit")
+    p.add_argument(
+        "--list", action="store_true", help="list the claims with the seeds, CPU-seconds and wall time recorded"
+    )
     p.add_argument("--report", action="store_true", help=f"regenerate {DEFAULT_REPORT} from the result JSONs")
     p.add_argument("--profile", default="cpu", choices=("cpu", "gpu"), help="cpu (small) or gpu (paper-faithful)")
-    p.add_argument("--seeds", type=int, default=3, help="number of training seeds (default 3)")
+    p.add_argument("--seeds", type=int, default=5, help="number of training seeds (default 5)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--data", default=None, help="data folder holding beir/ and sts/ (default $ST_MAGNITUDE_DATA)")
-    p.add_argument("--out", default="runs/replication", help="folder for the full result JSON (per-item scores)")
+    p.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"folder for the full result JSON, per-item scores (default {DEFAULT_OUT})"
+    )
     p.add_argument(
         "--results",
         default=None,
-        help=f"folder for the small summary JSON the report is built from (default {DEFAULT_RESULTS} when run "
-        "from the repository root, else none)",
+        help="folder for the small summary JSON the report is built from; a run writes one only when this is given "
+        f"(the committed ones: {DEFAULT_RESULTS}). --report and --list read {DEFAULT_RESULTS} when it is left out",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a summary in --results that holds more seeds than this run (refused otherwise)",
     )
     p.add_argument("--report-path", default=DEFAULT_REPORT, help="where --report writes")
     p.add_argument("--model", default=None, help="override the profile's base model (folder or alias)")
@@ -53,26 +65,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from st_magnitude.replication.claims import CLAIM_MODULES, list_claims
 
-    if args.list:
-        for c in list_claims():
-            budgets = "; ".join(f"{k}: {v}" for k, v in c.budget.items())
-            print(f"{c.id:14s} paper {c.paper}  {c.title}  [{budgets}]")
-        return 0
     results = args.results
-    if results is None and Path("mkdocs.yml").is_file():
-        results = DEFAULT_RESULTS
+    if args.list:
+        from st_magnitude.replication.report import recorded_costs
+
+        costs = recorded_costs(results or DEFAULT_RESULTS)
+        print(f"recorded cost: from {results or DEFAULT_RESULTS}")
+        for c in list_claims():
+            print(f"{c.id:14s} paper {c.paper}  {c.title}")
+            for profile in c.profiles:
+                print(f"{'':14s}   {profile}: {costs.get((c.id, profile), 'not yet recorded')}")
+        return 0
     if args.report:
         from st_magnitude.replication.report import write_report
 
-        path = write_report(results or DEFAULT_RESULTS, args.report_path)
-        print(f"wrote {path}")
+        page = write_report(results or DEFAULT_RESULTS, args.report_path)
+        print(f"wrote {page} and {page.parent / 'replication' / 'forest.png'}")
         return 0
     if args.redecide:
         from st_magnitude.replication.runner import redecide
 
+        print(f"rewriting {args.redecide}" + (f"; summary to {results}" if results else "; no summary (no --results)"))
         record = redecide(args.redecide, results)
         print(f"{record['claim']} ({record['profile']}): {record['decision'].get('ours', '')}")
         print(f"  verdict: {record['verdict']}")
+        print(f"  wrote {record['full_result']}" + (f" and {record['summary_result']}" if results else ""))
         return 0
     if not args.claim:
         raise ValueError(f"name a claim (valid: {', '.join(CLAIM_MODULES)}), or use --list / --report")
@@ -88,17 +105,25 @@ def run(args: argparse.Namespace) -> int:
     from st_magnitude.replication.runner import run_claim
 
     command = " ".join(shlex.quote(a) for a in ["st-magnitude", "replicate", *_argv_after("replicate")])
+    where = f"full result to {Path(args.out).resolve()}/"
+    where += f", summary to {Path(results).resolve()}/" if results else " (no summary: --results DIR writes one)"
+    print(f"replicate {args.claim}: writing the {where}", flush=True)
     record = run_claim(
         args.claim,
         results=results,
         command=command,
         overrides=overrides,
-        **values(args, "profile", "seeds", "first_seed", "data", "out", "device", "model", "tag"),
+        **values(args, "profile", "seeds", "first_seed", "data", "out", "device", "model", "tag", "force"),
     )
-    print(f"{record['claim']} ({record['profile']}, {len(record['seeds'])} seeds, {record['wall_seconds']:.0f} s): ")
+    r = record["resources"]
+    print(
+        f"{record['claim']} ({record['profile']}, {len(record['seeds'])} seeds, {r['cpu_seconds']:.0f} CPU-s, "
+        f"{r['wall_seconds']:.0f} s wall):"
+    )
     print(f"  ours: {record['decision'].get('ours', '')}")
     print(f"  verdict: {record['verdict']}")
-    print(f"  full result: {record['full_result']}")
+    print(f"  wrote {record['full_result']}")
+    print(f"  wrote {record['summary_result']}" if results else "  no summary written (no --results)")
     return 0
 
 

@@ -1,46 +1,81 @@
 """Statistics for multi-seed comparisons of two arms (used by ``st-magnitude replicate``; reusable elsewhere).
 
 The unit of evidence is a *paired* comparison of two arms (two trained models, or a model and its base) on the same
-evaluation items (queries, or STS pairs), repeated over training seeds:
+evaluation items (queries, or STS pairs), repeated over training seeds. The per-item difference ``d[s, q]`` (seed
+``s``, item ``q``) varies for three reasons: the training run (seed effect), which items happen to be in the test set
+(item effect; every seed uses the *same* items), and their interaction (plus per-item noise). The mean difference's
+variance is the sum of the three, each divided by how often it is averaged over:
 
-- **within a seed**: a paired percentile bootstrap over items (:func:`paired_bootstrap`,
-  :func:`paired_bootstrap_fn`) — how much the difference depends on which queries happened to be in the test set;
-- **across seeds**: a Student-t interval over the per-seed differences (:func:`seed_interval`) — how much it
-  depends on the training run;
-- **combined** (:func:`compare_arms`): the reported 95 % interval is the *union* of the across-seed t-interval and a
-  paired bootstrap of the seed-averaged difference (the same resampled items in every seed). A difference is
-  ``significant`` only when that union excludes 0, i.e. when neither source of noise can explain it. With a single
-  seed only the bootstrap interval exists and the result says so (``n_seeds == 1``).
+    Var(mean d) = σ²_seed / k + σ²_item / n + σ²_seed×item / (k n)        (k seeds, n items)
+
+:func:`crossed_interval` estimates the three components from the ``k × n`` matrix by the method of moments of the
+two-way crossed random-effects ANOVA without replication (Searle, Casella & McCulloch 1992, *Variance Components*,
+ch. 4, balanced two-way crossed classification: E[MS_seed] = σ²_e + n σ²_seed, E[MS_item] = σ²_e + k σ²_item,
+E[MS_res] = σ²_e; a negative estimate is set to 0), and returns ``mean ± t_ν · SE`` with ``ν`` the Satterthwaite
+(1946, Biometrics Bulletin 2(6), 110–114) degrees of freedom of that linear combination of mean squares. Our choice:
+in ``ν`` each positive mean square enters at its one-sided 90 % upper confidence bound ``MS · df / χ²_0.10(df)``.
+With 3 seeds the seed mean square has 2 degrees of freedom; when it is small by chance, plain Satterthwaite also
+raises ``ν`` and the interval undercovers (0.92 where seed noise dominates; a 75 % bound: 0.934–0.946); the 90 %
+bound keeps every simulated cell with 3 or more seeds ≥ 0.94, at the cost of a wider interval with 3 seeds (about
++20 % where both noises matter, ≤ 5 % with 5 seeds). :func:`compare_arms` uses it:
+
+- per-item metric scores (per-query nDCG@10): ``d`` is the per-item difference;
+- a statistic that is not an item mean (Spearman over STS pairs, pooled AUC over queries): ``d`` holds the
+  delete-one jackknife pseudo-values ``n θ_s − (n − 1) θ_s(−q)`` of each seed's difference θ_s (Quenouille 1956;
+  Tukey 1958) — for a mean they equal the per-item differences exactly — and the interval is centred on the mean
+  of the θ_s.
+
+With one seed the interval covers item noise only (``seed_noise_covered`` is False and the method says so); with one
+item, seed noise only. The simulated coverage under a crossed seed × item model (regimes where either noise or the
+interaction dominates; 3, 5 and 10 seeds) is in ``docs/replication.md`` (``benchmarks/bench_interval_coverage.py``)
+and is asserted in the default test suite.
+
+Also reported, not used for verdicts: per seed a paired percentile bootstrap over items (:func:`paired_bootstrap`,
+:func:`paired_bootstrap_fn`), a Student-t interval over the per-seed differences (:func:`seed_interval`, blind to
+item noise: every seed uses the same items) and a paired bootstrap of the seed-averaged difference (blind to seed
+noise).
 
 :func:`verdict` turns a comparison into ``reproduces`` / ``contradicts`` / ``inconclusive`` against a claim of the
 form "diff > threshold" (or "< threshold"), fixed before running; :func:`combine_verdicts` joins several.
 
-For ``st-magnitude compare --seeds N``: collect, per seed, the per-query nDCG@10 of each variant (same query ids in
-the same order) and call ``compare_arms(per_seed_a, per_seed_b)``; its ``ci`` and ``significant`` give the CI
-columns, and ``describe()`` the verdict line ("within noise" when not significant).
+For ``st-magnitude compare --seeds N`` (5 seeds recommended): collect, per seed, the per-query nDCG@10 of each
+variant (same query ids in the same order) and call ``compare_arms(per_seed_a, per_seed_b)``; its ``ci`` and
+``significant`` give the CI columns, and ``describe()`` the verdict line ("within noise" when not significant).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "ArmComparison",
     "Interval",
     "VERDICTS",
+    "VarianceComponents",
     "combine_verdicts",
     "compare_arms",
+    "crossed_interval",
+    "crossed_intervals",
+    "jackknife_pseudo_values",
     "paired_bootstrap",
     "paired_bootstrap_fn",
     "seed_interval",
+    "variance_components",
     "verdict",
 ]
 
 VERDICTS = ("reproduces", "contradicts", "inconclusive")
+
+#: the degrees of freedom use each positive mean square's one-sided upper confidence bound at this level (see
+#: :func:`crossed_interval`)
+DF_UPPER_BOUND = 0.9
 
 
 @dataclass(frozen=True)
@@ -151,6 +186,145 @@ def seed_interval(values: Sequence[float], *, confidence: float = 0.95) -> Inter
 
 
 @dataclass(frozen=True)
+class VarianceComponents:
+    """Method-of-moments variance components of a ``k × n`` (seeds × items) matrix of paired differences.
+
+    ``seed``, ``item``, ``residual``: σ²_seed, σ²_item and σ²_seed×item (+ noise) estimates (≥ 0); ``se``: standard
+    error of the grand mean from their sum; ``df``: the degrees of freedom of its t quantile (Satterthwaite);
+    ``covers``: the noise sources the interval accounts for.
+    """
+
+    seed: float
+    item: float
+    residual: float
+    n_seeds: int
+    n_items: int
+    se: float
+    df: float
+    covers: str
+
+    @property
+    def seed_noise_covered(self) -> bool:
+        return self.n_seeds > 1
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "seed_noise_covered": self.seed_noise_covered}
+
+
+def _check_diffs(diffs: np.ndarray) -> np.ndarray:
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.ndim < 2 or d.size == 0:
+        raise ValueError(f"paired differences must be a non-empty seeds × items matrix, got shape {d.shape}")
+    if not np.isfinite(d).all():
+        raise ValueError("paired differences contain NaN or inf")
+    if d.shape[-2] == 1 and d.shape[-1] == 1:
+        raise ValueError("an interval needs at least 2 seeds or 2 items, got 1 seed and 1 item")
+    return d
+
+
+def _components(d: np.ndarray) -> dict[str, np.ndarray]:
+    """Variance components, SE of the mean and Satterthwaite df of ``d[..., seeds, items]`` (vectorised)."""
+    from scipy import stats
+
+    k, n = d.shape[-2:]
+    d = d - d[..., :1, :1]  # shift-invariant; a constant matrix becomes exactly 0 (no round-off variance)
+    if k == 1 or n == 1:  # one noise source only: the plain t-interval over the other axis
+        v = d.reshape(*d.shape[:-2], k * n).var(axis=-1, ddof=1)
+        zero = np.zeros_like(v)
+        seed, item = (zero, v) if k == 1 else (v, zero)
+        return {"seed": seed, "item": item, "residual": zero, "se": np.sqrt(v / (k * n)), "df": zero + k * n - 1}
+    grand = d.mean(axis=(-2, -1), keepdims=True)
+    rows, cols = d.mean(axis=-1, keepdims=True), d.mean(axis=-2, keepdims=True)
+    df_s, df_q, df_e = k - 1, n - 1, (k - 1) * (n - 1)
+    ms_s = n * ((rows - grand) ** 2).sum(axis=(-2, -1)) / df_s
+    ms_q = k * ((cols - grand) ** 2).sum(axis=(-2, -1)) / df_q
+    ms_e = ((d - rows - cols + grand) ** 2).sum(axis=(-2, -1)) / df_e
+    seed, item = np.maximum(0.0, (ms_s - ms_e) / n), np.maximum(0.0, (ms_q - ms_e) / k)
+    # k n Var(mean) = [MS_s − MS_e]+ + [MS_q − MS_e]+ + MS_e: a linear combination Σ c_i MS_i (c_i ∈ {−1, 0, 1})
+    c_s, c_q = (seed > 0).astype(np.float64), (item > 0).astype(np.float64)
+    c_e = 1.0 - c_s - c_q
+    total = c_s * ms_s + c_q * ms_q + c_e * ms_e
+    # Satterthwaite df of that sum, each positive term at its upper bound MS·df/χ²_{1−level}(df): a mean square that
+    # is small by chance (3 seeds: χ² on 2 df) must not also buy degrees of freedom (coverage: module docstring)
+    up = {f: f / float(stats.chi2.ppf(1 - DF_UPPER_BOUND, f)) for f in (df_s, df_q, df_e)}
+    t_s, t_q = c_s * ms_s * up[df_s], c_q * ms_q * up[df_q]
+    t_e = c_e * ms_e * np.where(c_e > 0, up[df_e], 1.0)
+    denom = t_s**2 / df_s + t_q**2 / df_q + t_e**2 / df_e
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(denom > 0, (t_s + t_q + t_e) ** 2 / np.where(denom > 0, denom, 1.0), np.inf)
+    var_mean = np.maximum(0.0, total) / (k * n)
+    return {"seed": seed, "item": item, "residual": ms_e, "se": np.sqrt(var_mean), "df": df}
+
+
+def crossed_intervals(diffs: np.ndarray, *, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`crossed_interval` vectorised over leading axes: ``diffs[..., seeds, items]`` → ``(mean, low, high)``
+    arrays (for simulations; every matrix must be finite)."""
+    from scipy import stats
+
+    confidence = _check_confidence(confidence)
+    d = _check_diffs(diffs)
+    c = _components(d)
+    mean = d.mean(axis=(-2, -1))
+    with np.errstate(invalid="ignore"):
+        half = np.where(c["se"] > 0, stats.t.ppf(0.5 + confidence / 2, c["df"]) * c["se"], 0.0)
+    return mean, mean - half, mean + half
+
+
+def variance_components(diffs: np.ndarray) -> VarianceComponents:
+    """The :class:`VarianceComponents` of a ``seeds × items`` matrix of paired differences (at least 2 seeds or
+    2 items; finite values)."""
+    d = _check_diffs(diffs)
+    if d.ndim != 2:
+        raise ValueError(f"paired differences must be a seeds × items matrix, got shape {d.shape}")
+    k, n = d.shape
+    c = {key: float(v) for key, v in _components(d).items()}
+    covers = "item noise only: 1 seed" if k == 1 else "seed noise only: 1 item" if n == 1 else "seed + item noise"
+    return VarianceComponents(c["seed"], c["item"], c["residual"], k, n, c["se"], c["df"], covers)
+
+
+def crossed_interval(diffs: np.ndarray, *, confidence: float = 0.95, center: float | None = None) -> Interval:
+    """``mean ± t_ν · SE`` for a ``seeds × items`` matrix of paired differences, SE from the seed, item and
+    seed × item variance components (see the module docstring; they are :func:`variance_components` of the same
+    matrix), ν the Satterthwaite degrees of freedom.
+
+    ``center`` replaces the grand mean as the estimate (used for jackknife pseudo-values, whose mean is the
+    bias-corrected statistic). One seed: item noise only; one item: seed noise only (the method says so).
+    """
+    from scipy import stats
+
+    confidence = _check_confidence(confidence)
+    vc = variance_components(diffs)
+    m = float(np.mean(diffs)) if center is None else float(center)
+    if vc.se == 0:
+        return Interval(m, m, m, confidence, f"no variation in the paired differences ({vc.covers})")
+    half = float(stats.t.ppf(0.5 + confidence / 2, vc.df)) * vc.se
+    if vc.n_seeds == 1:
+        how = f"t over {vc.n_items} items, df {vc.df:.0f} (1 seed: item noise only, seed noise not covered)"
+    elif vc.n_items == 1:
+        how = f"t over {vc.n_seeds} seeds, df {vc.df:.0f} (1 item: seed noise only, item noise not covered)"
+    else:
+        how = f"t (Satterthwaite df {vc.df:.1f}) on seed + item + seed×item variance"
+    return Interval(m, m - half, m + half, confidence, how)
+
+
+def jackknife_pseudo_values(stat: Callable[[np.ndarray], float], n_items: int) -> np.ndarray:
+    """Delete-one jackknife pseudo-values ``n θ − (n − 1) θ(−q)`` of ``stat(idx)`` over ``n_items`` items
+    (Quenouille 1956; Tukey 1958); for a mean over items they are the items' values."""
+    if n_items < 2:
+        raise ValueError(f"jackknife pseudo-values need at least 2 items, got {n_items}")
+    full = np.arange(n_items)
+    theta = float(stat(full))
+    loo = np.array([stat(np.delete(full, q)) for q in range(n_items)], dtype=np.float64)
+    if not (math.isfinite(theta) and np.isfinite(loo).all()):
+        bad = int((~np.isfinite(loo)).sum())
+        raise ValueError(
+            f"the statistic is undefined (NaN/inf) on the full item set or with one item left out ({bad} of "
+            f"{n_items} items); it needs a finite value on every subset of n − 1 items"
+        )
+    return n_items * theta - (n_items - 1) * loo
+
+
+@dataclass(frozen=True)
 class ArmComparison:
     """Difference ``a − b`` of one metric between two arms over seeds (see the module docstring)."""
 
@@ -165,6 +339,7 @@ class ArmComparison:
     bootstrap: Interval
     ci: Interval
     n_seeds: int
+    components: VarianceComponents | None = None
 
     @property
     def diff(self) -> float:
@@ -196,6 +371,7 @@ class ArmComparison:
             "ci": self.ci.to_dict(),
             "significant": self.significant,
             "n_seeds": self.n_seeds,
+            "components": None if self.components is None else self.components.to_dict(),
             "describe": self.describe(),
         }
 
@@ -221,7 +397,12 @@ def compare_arms(
         statistic: ``statistic(values, idx) -> float`` for statistics that are not item means (e.g. Spearman of
             predictions against labels, pooled AUC): called with one seed's values and the item indices to use.
         metric, arm_a, arm_b: labels for reports.
-        n_boot, confidence, seed: bootstrap replicates, interval level, RNG seed.
+        n_boot, confidence, seed: replicates, interval level and RNG seed of the reported (not judged) bootstraps.
+
+    ``ci`` (what ``significant`` and :func:`verdict` use) is :func:`crossed_interval` of the seeds × items paired
+    differences (jackknife pseudo-values for a ``statistic``); ``components`` holds its variance components.
+    ``across_seeds`` (t over seeds) and ``bootstrap`` (items, seed-averaged) are each blind to one noise source and
+    are reported only.
     """
     if len(per_seed_a) != len(per_seed_b) or len(per_seed_a) == 0:
         raise ValueError(
@@ -238,7 +419,8 @@ def compare_arms(
         )
         mean_a = float(np.mean([a.mean() for a, _ in arrays]))
         mean_b = float(np.mean([b.mean() for _, b in arrays]))
-        pooled = np.mean([a - b for a, b in arrays], axis=0)  # seed-averaged per-item difference
+        matrix = np.stack([a - b for a, b in arrays])  # seeds × items paired differences
+        pooled = matrix.mean(axis=0)  # seed-averaged per-item difference
         boot = paired_bootstrap(pooled, np.zeros_like(pooled), n_boot=n_boot, confidence=confidence, seed=seed)
     else:
         n_items = {len(a) for a in per_seed_a} | {len(b) for b in per_seed_b}
@@ -257,6 +439,9 @@ def compare_arms(
         mean_a = float(np.mean([statistic(a, full) for a in per_seed_a]))
         mean_b = float(np.mean([statistic(b, full) for b in per_seed_b]))
         k = len(per_seed_a)
+        if n < 2:
+            raise ValueError(f"a statistic over items needs at least 2 items, got {n}")
+        matrix = np.stack([jackknife_pseudo_values(diff_at(i), n) for i in range(k)])
         boot = paired_bootstrap_fn(
             lambda idx: float(np.mean([diff_at(i)(idx) for i in range(k)])),
             n,
@@ -266,18 +451,13 @@ def compare_arms(
         )
     diffs = tuple(c.estimate for c in per_seed_ci)
     across = seed_interval(diffs, confidence=confidence)
-    union = Interval(
-        across.estimate,
-        min(across.low, boot.low),
-        max(across.high, boot.high),
-        confidence,
-        "union of the t-interval over seeds and the paired bootstrap over items"
-        if len(diffs) > 1
-        else "paired bootstrap over items (1 seed: seed spread unknown)",
-    )
-    if len(diffs) == 1:
-        union = Interval(across.estimate, boot.low, boot.high, confidence, union.method)
-    return ArmComparison(metric, arm_a, arm_b, mean_a, mean_b, diffs, per_seed_ci, across, boot, union, len(diffs))
+    vc = variance_components(matrix)
+    if not vc.seed_noise_covered:
+        logger.warning(
+            "%s: %s − %s from 1 seed: the interval covers item noise only, not seed noise", metric, arm_a, arm_b
+        )
+    ci = crossed_interval(matrix, confidence=confidence, center=float(np.mean(diffs)))
+    return ArmComparison(metric, arm_a, arm_b, mean_a, mean_b, diffs, per_seed_ci, across, boot, ci, len(diffs), vc)
 
 
 def verdict(comparison: ArmComparison, *, expect: str = "greater", threshold: float = 0.0) -> dict:
@@ -303,6 +483,8 @@ def verdict(comparison: ArmComparison, *, expect: str = "greater", threshold: fl
     return {
         "verdict": label,
         "claim": claim,
+        "expect": expect,
+        "threshold": float(threshold),
         "reason": f"{comparison.describe()}; claim {claim} → {label}",
         "comparison": comparison.to_dict(),
     }

@@ -94,7 +94,7 @@ def write_reports(
     lines += [
         "",
         f"One seed ({config.seed}): no confidence intervals, so no difference above is shown to exceed noise; "
-        "`--seeds 3` repeats every run and reports 95% intervals (results_seeds.md).",
+        "`--seeds 5` repeats every run and reports 95% intervals (results_seeds.md).",
     ]
     verdict = kappa_verdict(rows, kappa)
     if kappa:

@@ -7,9 +7,9 @@ compared query by query. The κ rule runs once, in the first seed's folder (it d
 ``OUT/results_seeds.md`` / ``.csv`` then hold, per run and dataset, the mean over seeds with a Student-t interval
 (:func:`st_magnitude.evaluation.stats.seed_interval`), and every run's nDCG@10 difference to the reference run
 (``cosine-infonce`` when trained, else the first run) with the interval of
-:func:`st_magnitude.evaluation.stats.compare_arms`: the union of the t-interval over seeds and a paired bootstrap
-over queries. A difference is called significant only when that interval excludes 0; otherwise the verdict line says
-it is within noise.
+:func:`st_magnitude.evaluation.stats.compare_arms`: a t-interval whose standard error sums the seed, query and
+seed × query variance components of the per-query differences. A difference is called significant only when that
+interval excludes 0; otherwise the verdict line says it is within noise.
 """
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ def _report(rows: list[dict], comparisons: list, reference: str, folders: list[P
         "",
         f"## nDCG@10 against {reference}",
         "",
-        "95% interval: the union of the t-interval over seeds and a paired bootstrap over queries; a difference is "
-        "significant only when it excludes 0.",
+        "95% interval: t on the seed + query + seed × query variance of the per-query differences "
+        "(`st_magnitude.evaluation.stats.crossed_interval`); a difference is significant only when it excludes 0.",
         "",
     ]
     lines += [f"- {c.describe()}" for _, c in comparisons]

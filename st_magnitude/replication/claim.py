@@ -25,7 +25,8 @@ class Claim:
     differences: dict[str, list[str]]
     run_seed: Callable[..., dict[str, Any]]
     decide: Callable[[list[dict[str, Any]], dict[str, Any]], dict[str, Any]]
-    budget: dict[str, str] = field(default_factory=dict)  # stated wall time per profile
+    #: an estimate per profile, never shown: the page and ``replicate --list`` show the recorded cost of a run
+    budget: dict[str, str] = field(default_factory=dict)
     headline_metric: str = ""
 
     def __post_init__(self) -> None:

@@ -12,11 +12,16 @@ from typing import Any
 
 from st_magnitude.replication.claim import PROFILES
 from st_magnitude.replication.claims import list_claims
+from st_magnitude.replication.forest import judged_comparisons, write_forest
 
-__all__ = ["NOT_RUN_FILE", "render_report", "write_report"]
+__all__ = ["COVERAGE_FILE", "FOREST_PATH", "NOT_RUN_FILE", "recorded_costs", "render_report", "write_report"]
 
 #: ``{"<claim>/<profile>": "why it has no result"}`` in the results folder (e.g. a run that did not finish in time)
 NOT_RUN_FILE = "not_run.json"
+#: the interval's simulated coverage, beside the results folder (``benchmarks/bench_interval_coverage.py --write``)
+COVERAGE_FILE = "interval_coverage.json"
+#: the forest plot, relative to the page's folder
+FOREST_PATH = "replication/forest.png"
 
 HEADER = """# Replication: does each paper's key claim hold here?
 
@@ -24,22 +29,32 @@ HEADER = """# Replication: does each paper's key claim hold here?
 
 Each claim is a module in `st_magnitude/replication/claims/` with the paper's statement and number, a protocol per
 profile (`cpu`: small enough for a shared 2-core CPU; `gpu`: the paper-faithful one, for one H100), and a verdict
-rule fixed before running. Arms are compared on the same evaluation items in every seed; the 95% interval of a
-difference is the union of a t-interval over seeds and a paired bootstrap over queries (or STS pairs), and a
-difference is significant only when that interval excludes 0 (`st_magnitude.evaluation.stats`).
-Verdicts: **reproduces** (the whole interval on the claimed side of the rule's threshold), **contradicts** (the
-whole interval on the other side), **inconclusive** (the interval straddles it).
+rule fixed before running. Verdicts: **reproduces** (the whole 95% interval on the claimed side of the rule's
+threshold), **contradicts** (the whole interval on the other side), **inconclusive** (the interval straddles it).
+The method (how the interval is built and how well it covers) is [below the summary](#method).
+"""
 
-Re-run a row with the command in its table (shown without the `--out` folder it was run with: that folder only
-receives the full per-query JSON); rebuild this page with `st-magnitude replicate --report`.
-Each run also writes a full JSON (per-seed, per-arm, per-query scores and pooled-AUC pools, so every interval can be
-recomputed) to `--out` (default `runs/replication/`); the small files under `docs/replication/results/` drop those
-arrays.
+METHOD = """## Method
+
+Arms are compared on the same evaluation items (queries, or STS pairs) in every seed. The per-item difference of
+two arms varies with the training seed, with the items (every seed uses the same ones) and with their interaction;
+the 95% interval of the mean difference is a t-interval whose standard error sums the three variance components
+(method of moments of the crossed seed × item ANOVA, Satterthwaite degrees of freedom; jackknife pseudo-values for
+statistics that are not item means, such as Spearman or pooled AUC) — `st_magnitude.evaluation.stats`. With one
+seed it covers item noise only and says so. It replaced the union of a t-interval over seeds (blind to item noise)
+and a paired bootstrap over items (blind to seed noise).
+
+Re-run a row with the command in its section (shown without the `--out` folder it was run with); rebuild this page
+and the forest plot with `st-magnitude replicate --report`. A run writes its full JSON (per-seed, per-arm, per-query
+scores and pooled-AUC pools, so every interval can be recomputed) to `--out` (default `runs/replication/`, ignored by
+git), and the small summary this page is built from only when asked: `--results docs/replication/results` (a
+summary with more seeds is not replaced without `--force`). Costs are the recorded ones: CPU-seconds of the run's
+process and its children (`resource.getrusage`), wall time, and the load average at start → end.
 
 The same statistics serve any two-arm comparison: collect, per seed, the per-query scores of both arms on the same
 queries and call `st_magnitude.evaluation.stats.compare_arms(per_seed_a, per_seed_b, metric=..., arm_a=...,
-arm_b=...)`; its `.ci` (95% interval), `.significant` and `.describe()` ("… within noise" when the interval contains
-0) are what a results table needs.
+arm_b=...)`; its `.ci` (95% interval), `.significant`, `.components` and `.describe()` ("… within noise" when the
+interval contains 0) are what a results table needs.
 """
 
 
@@ -69,6 +84,35 @@ def _fmt_seconds(s: float | None) -> str:
     return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
 
 
+def _cost(rec: dict[str, Any]) -> dict[str, str]:
+    """The recorded cost of a finished run as table cells; "not recorded" where the result predates the meter."""
+    r = rec.get("resources") or {}
+    cpu = r.get("cpu_seconds")
+    start, end = r.get("load_average_start"), r.get("load_average_end")
+    return {
+        "cpu": "not recorded" if cpu is None else f"{cpu:,.0f} CPU-s" if cpu >= 100 else f"{cpu:.1f} CPU-s",
+        "wall": _fmt_seconds(r.get("wall_seconds", rec.get("wall_seconds"))),
+        "load": f"{start[0]:.1f} → {end[0]:.1f}" if start and end else "not recorded",
+    }
+
+
+def recorded_costs(results_dir: str | os.PathLike) -> dict[tuple[str, str], str]:
+    """``{(claim, profile): "N seeds, … CPU-s, … wall, load a → b (1-min), started …"}`` for the main (untagged)
+    finished results in ``results_dir`` (for ``st-magnitude replicate --list``)."""
+    out = {}
+    for key, runs in _load(Path(results_dir)).items():
+        rec = runs[0]
+        if rec is None or rec.get("status") != "finished":
+            continue
+        c = _cost(rec)
+        cpu = c["cpu"] if c["cpu"].endswith("CPU-s") else "CPU-s not recorded"
+        out[key] = (
+            f"{len(rec['seeds'])} seeds, {cpu}, {c['wall']} wall, load (1-min) {c['load']}, "
+            f"started {rec.get('started_utc', '?')}, {_machine(rec['machine'])}"
+        )
+    return out
+
+
 def _machine(m: dict[str, Any]) -> str:
     dev = m.get("gpu") or f"CPU ({m.get('cpu_count')} cores, {m.get('torch_threads')} torch thread(s))"
     return f"{dev}, torch {m.get('torch')}"
@@ -92,20 +136,55 @@ def _not_run(claim, profile: str, reasons: dict[str, str] | None = None) -> str:
     return "not run (no result file yet)"
 
 
-def render_report(results_dir: str | os.PathLike) -> str:
+def _finished(results: dict, claims) -> list[tuple[Any, str, dict[str, Any]]]:
+    return [
+        (c, profile, rec)
+        for c in claims
+        for profile in PROFILES
+        for rec in results.get((c.id, profile), [None])
+        if rec is not None and rec.get("status") == "finished"
+    ]
+
+
+def forest_rows(results_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every judged comparison of every finished result, in page order (the forest plot's rows)."""
+    results = _load(Path(results_dir))
+    return [
+        row
+        for c, profile, rec in _finished(results, list_claims())
+        for row in judged_comparisons(f"{c.id} {_label(profile, rec)}", rec)
+    ]
+
+
+def render_report(results_dir: str | os.PathLike, coverage: str | os.PathLike | None = None) -> str:
+    """The page. ``coverage``: the interval's coverage JSON (default: :data:`COVERAGE_FILE` beside
+    ``results_dir``)."""
     results = _load(Path(results_dir))
     reasons = _not_run_reasons(Path(results_dir))
-    lines = [HEADER, "## Summary", ""]
+    claims = list_claims()
+    coverage = Path(coverage) if coverage is not None else Path(results_dir).parent / COVERAGE_FILE
+    lines = [HEADER]
+    if forest_rows(results_dir):
+        lines += [
+            f"![Forest plot: every judged comparison, its 95% interval, the rule's threshold and the verdict]"
+            f"({FOREST_PATH})",
+            "",
+            "Every judged comparison: the dot is the estimate, the bar its 95% interval, the black tick the verdict "
+            "rule's threshold (< or > marks the claimed side); colour = verdict (green reproduces, red contradicts, "
+            "grey inconclusive, blue: a gate failed, not reached at this budget). The dotted line is 0.",
+            "",
+        ]
+    lines += ["## Summary", ""]
     lines += [
-        "| claim | profile | paper | ours (mean, 95% CI) | verdict | seeds | wall time | machine |",
+        "| claim | profile | verdict | seeds | CPU time | wall time | load (1-min, start → end) "
+        "| what it can establish |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    claims = list_claims()
     for c in claims:
         for profile in PROFILES:
             for rec in results.get((c.id, profile), [None]):
                 lines.append(_summary_row(c, profile, rec, reasons))
-    lines.append("")
+    lines += ["", *_method(coverage)]
     for c in claims:
         lines += [f"## {c.id}: {c.title}", "", f"**Paper {c.paper}.** {c.statement}", ""]
         lines += [
@@ -122,33 +201,70 @@ def render_report(results_dir: str | os.PathLike) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _method(coverage: Path) -> list[str]:
+    lines = [METHOD]
+    if not coverage.is_file():
+        return [*lines, "Simulated coverage: not generated (`benchmarks/bench_interval_coverage.py --write`).", ""]
+    cov = json.loads(coverage.read_text())
+    seeds = list(cov["rows"][0]["cells"])
+    lines += [
+        "Simulated coverage of the 95% interval (true difference 0; before = the replaced union rule, after = the "
+        f"interval used here; {cov['reps']:,} replicates per cell, {cov['n_boot']:,} bootstrap resamples for the "
+        f"union; shares of Var(mean) from seeds / items / seed × item). Produced by `{cov['command']}` "
+        f"({cov['cpu_seconds']:.0f} CPU-s on {cov['machine']}); `tests/evaluation/test_interval_coverage.py` "
+        "asserts ≥ 0.93 for the new interval in every normal-noise cell:",
+        "",
+        "| noise | regime (shares) | items | " + " | ".join(f"{k} seeds: before → after" for k in seeds) + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in seeds) + " |",
+    ]
+    for row in cov["rows"]:
+        shares = " / ".join(f"{x:g}" for x in row["shares"])
+        cells = " | ".join(
+            f"{_coverage_cell(c['before'])} → {_coverage_cell(c['after'])} "
+            f"(×{c['width_after'] / c['width_before']:.2f})"
+            for c in (row["cells"][k] for k in seeds)
+        )
+        noise = "Student-t (3 df)" if row["heavy_tailed"] else "normal"
+        lines.append(f"| {noise} | {row['regime']} ({shares}) | {row['items']} | {cells} |")
+    lines += ["", "Cells below 0.93 are in bold; (×r): median width after / before.", ""]
+    return lines
+
+
+def _coverage_cell(x: float) -> str:
+    return f"**{x:.3f}**" if x < 0.93 else f"{x:.3f}"
+
+
 def _summary_row(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str]) -> str:
     if rec is None or rec.get("status") != "finished":
-        return f"| {c.id} | {profile} | {_cell(c.paper_number)} | {_not_run(c, profile, reasons)} | — | — | — | — |"
-    d = rec["decision"]
+        return f"| {c.id} | {profile} | {_not_run(c, profile, reasons)} | — | — | — | — | {_can(c, profile, None)} |"
+    cost = _cost(rec)
     return (
-        f"| {c.id} | {_label(profile, rec)} | {_cell(rec['paper_number'])} | {_cell(d.get('ours', ''))} | "
-        f"**{rec['verdict']}** | {len(rec['seeds'])} | {_fmt_seconds(rec.get('wall_seconds'))} | "
-        f"{_cell(_machine(rec['machine']))} |"
+        f"| {c.id} | {_label(profile, rec)} | **{rec['verdict']}** | {len(rec['seeds'])} | "
+        f"{cost['cpu']} | {cost['wall']} | {cost['load']} | {_can(c, profile, rec)} |"
     )
+
+
+def _can(c, profile: str, rec: dict[str, Any] | None) -> str:
+    """The claim's one line on what a run of this profile can establish (the record's, else the claim's)."""
+    text = (rec or {}).get("can_establish") or getattr(c, "can_establish", {}).get(profile, "")
+    return _cell(text) if text else "—"
 
 
 def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str]) -> list[str]:
     lines = [f"### {_label(profile, rec)} profile", ""]
-    budget = c.budget.get(profile)
-    if budget:
-        lines += [f"Stated budget: {budget}.", ""]
     lines += ["Setting differences from the paper:", ""]
     lines += [f"- {_cell(x)}" for x in c.differences.get(profile, [])]
     lines.append("")
     if rec is None or rec.get("status") != "finished":
         return [*lines, f"Result: {_not_run(c, profile, reasons)}.", ""]
+    cost = _cost(rec)
     lines += [
         f"Result: **{rec['verdict']}** — {_cell(rec['decision'].get('ours', ''))}",
         "",
         f"- command: `{rec['command']}`",
-        f"- machine: {_machine(rec['machine'])}; started {rec.get('started_utc')}; wall time "
-        f"{_fmt_seconds(rec.get('wall_seconds'))} for {len(rec['seeds'])} seeds",
+        f"- machine: {_machine(rec['machine'])}; started {rec.get('started_utc')}",
+        f"- recorded cost for {len(rec['seeds'])} seeds: {cost['cpu']}, {cost['wall']} wall, load average (1-min) "
+        f"{cost['load']}",
         "- settings: " + ", ".join(f"{k}={v}" for k, v in rec["settings"].items()),
     ]
     if rec.get("redecided_utc"):
@@ -170,6 +286,10 @@ def _comparisons(rec: dict[str, Any]) -> list[str]:
             notes.append(
                 f"- judged → {part['verdict']}: {_cell(part.get('claim', ''))} ({_cell(part.get('reason', ''))})"
             )
+    for g in d.get("gates", []):
+        notes.append(f"- gate {'passed' if g['passed'] else 'FAILED'}: {_cell(g['gate'])} ({_cell(g['reason'])})")
+    if d.get("gate_note"):
+        notes.append(f"- {_cell(d['gate_note'])}; the rule alone would say: {d.get('ungated_verdict', '—')}")
     if d.get("note"):
         notes.append(f"- note: {_cell(d['note'])}")
     if "fit" in d:
@@ -182,22 +302,38 @@ def _comparisons(rec: dict[str, Any]) -> list[str]:
         return [*notes, ""] if notes else []
     out = [
         *([*notes, ""] if notes else []),
-        "| comparison | a − b | 95% CI | per-seed differences | significant | role |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| comparison | a − b | 95% CI | per-seed differences | Var(mean): seed / item / seed×item | significant "
+        "| role |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for c, role in rows:
         per_seed = ", ".join(f"{x:+.4f}" for x in c["per_seed_diff"])
         out.append(
             f"| {_cell(c['metric'])}: {c['arm_a']} − {c['arm_b']} | {c['diff']:+.4f} | "
-            f"[{c['ci']['low']:+.4f}, {c['ci']['high']:+.4f}] | {per_seed} | {'yes' if c['significant'] else 'no'} "
-            f"| {role} |"
+            f"[{c['ci']['low']:+.4f}, {c['ci']['high']:+.4f}] | {per_seed} | {_shares(c.get('components'))} | "
+            f"{'yes' if c['significant'] else 'no'} | {role} |"
         )
     out.append("")
     return out
 
 
+def _shares(vc: dict[str, Any] | None) -> str:
+    """The share of the mean's variance from seeds, items and their interaction (the interval's components)."""
+    if not vc:
+        return "— (older result: union interval)"
+    k, n = vc["n_seeds"], vc["n_items"]
+    parts = [vc["seed"] / k, vc["item"] / n, vc["residual"] / (k * n)]
+    total = sum(parts)
+    if total <= 0:
+        return "no variation"
+    text = " / ".join(f"{100 * p / total:.0f}%" for p in parts)
+    return text if vc.get("seed_noise_covered", k > 1) else f"{text} (1 seed: seed noise not covered)"
+
+
 def write_report(results_dir: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Write the page to ``path`` and its forest plot to :data:`FOREST_PATH` beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(results_dir), encoding="utf-8")
+    write_forest(forest_rows(results_dir), path.parent / FOREST_PATH)
     return path

@@ -3,9 +3,14 @@
 Two files per run:
 
 - ``OUT/<claim>-<profile>-<UTC time>.json`` — everything, including per-seed per-arm per-query scores (and pooled
-  AUC pools) so the bootstrap can be redone; the partial file is rewritten after every seed.
-- ``RESULTS/<claim>-<profile>.json`` — the same without the per-item arrays (small; ``docs/replication.md`` is
-  generated from these by ``st-magnitude replicate --report``).
+  AUC pools) so every interval can be recomputed; the partial file is rewritten after every seed.
+- ``RESULTS/<claim>-<profile>.json``, only when ``results`` is given — the same without the per-item arrays (small;
+  ``docs/replication.md`` is generated from these by ``st-magnitude replicate --report``). A summary that holds
+  more seeds than the new run is not replaced unless ``force``.
+
+Every run records what it cost, measured, not estimated: CPU-seconds of this process and of its finished children
+(``resource.getrusage``), wall time, and the load average at start and end (``os.getloadavg``), per seed and in
+total (``record["resources"]``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import logging
 import os
 import platform
+import resource
 import shlex
 import socket
 import sys
@@ -31,7 +37,7 @@ from st_magnitude.replication.common import Context, resolve_data_dir, resolve_d
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["machine_info", "redecide", "run_claim", "slim"]
+__all__ = ["Meter", "machine_info", "redecide", "run_claim", "slim"]
 
 #: keys holding per-item arrays, dropped from the small summary file
 _BULKY = ("per_query", "auc_pools", "predictions", "labels", "history")
@@ -58,6 +64,58 @@ def machine_info(device: str) -> dict[str, Any]:
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - platforms without a load average
+        return None
+
+
+class Meter:
+    """CPU-seconds (this process + finished children), wall seconds and load average since construction."""
+
+    def __init__(self) -> None:
+        self._wall, self._cpu, self._load = time.perf_counter(), _cpu_seconds(), _load()
+
+    def read(self) -> dict[str, Any]:
+        own, kids = _cpu_seconds()
+        own, kids = own - self._cpu[0], kids - self._cpu[1]
+        return {
+            "cpu_seconds": round(own + kids, 2),
+            "cpu_seconds_process": round(own, 2),
+            "cpu_seconds_children": round(kids, 2),
+            "wall_seconds": round(time.perf_counter() - self._wall, 2),
+            "load_average_start": self._load,
+            "load_average_end": _load(),
+        }
+
+
+def existing_seeds(path: Path) -> int | None:
+    """The number of seeds of the finished result at ``path`` (None when there is none)."""
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return len(rec.get("seeds", [])) if rec.get("status") == "finished" else None
+
+
+def check_replace(path: Path, seeds: int, force: bool) -> None:
+    """Refuse to replace a finished result that has more seeds than ``seeds`` (weaker evidence) unless ``force``."""
+    have = existing_seeds(path)
+    if have is not None and have > seeds and not force:
+        raise ValueError(
+            f"{path} holds a finished {have}-seed result; this run has {seeds} seed(s) and would replace it with "
+            "weaker evidence. Pass --force to replace it, or leave out --results (the run then writes only to --out)"
+        )
 
 
 def slim(obj: Any) -> Any:
@@ -90,6 +148,7 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
     """The committed summary of a run: :func:`slim`, with nothing that names this machine's folders (the command
     without ``--out``; the full result by file name only)."""
     out = slim(record)
+    out.pop("summary_result", None)
     out["command"] = public_command(out.get("command", ""))
     if out.get("full_result"):
         out["full_result"] = Path(out["full_result"]).name
@@ -100,11 +159,12 @@ def run_claim(
     claim_id: str,
     *,
     profile: str = "cpu",
-    seeds: int = 3,
+    seeds: int = 5,
     first_seed: int = 0,
     data: str | None = None,
     out: str | os.PathLike = "runs/replication",
     results: str | os.PathLike | None = None,
+    force: bool = False,
     device: str | None = None,
     model: str | None = None,
     command: str | None = None,
@@ -114,7 +174,8 @@ def run_claim(
     """Run ``claim_id`` with ``profile`` for ``seeds`` seeds; returns the full record (also written to disk).
 
     ``tag`` names a variant run (e.g. a control with ``overrides``): its summary is ``<claim>-<profile>-<tag>.json``
-    and the report shows it as an extra row instead of replacing the main one.
+    and the report shows it as an extra row instead of replacing the main one. ``results``: the folder of the small
+    summary (none when None); an existing summary with more seeds is kept unless ``force``.
     """
     if tag is not None and (not tag or not all(c.isalnum() or c in "-_." for c in tag)):
         raise ValueError(f"tag must be a non-empty name of letters, digits, '-', '_' or '.', got {tag!r}")
@@ -129,12 +190,14 @@ def run_claim(
         )
     if seeds < 1:
         raise ValueError(f"seeds must be at least 1, got {seeds}")
+    name = f"{claim_id}-{profile}" + (f"-{tag}" if tag else "")
+    if results is not None:
+        check_replace(Path(results) / f"{name}.json", seeds, force)
     device, bf16 = resolve_device(device)
     data_dir = resolve_data_dir(data)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    name = f"{claim_id}-{profile}" + (f"-{tag}" if tag else "")
     full_path = out / f"{name}-{stamp}.json"
     record: dict[str, Any] = {
         "claim": claim_id,
@@ -148,7 +211,6 @@ def run_claim(
         "settings": settings,
         "model_override": model,
         "setting_differences": claim.differences.get(profile, []),
-        "budget": claim.budget.get(profile, ""),
         "command": command or " ".join(shlex.quote(a) for a in ["st-magnitude", *sys.argv[1:]]),
         "machine": machine_info(device),
         "bf16": bf16,
@@ -156,27 +218,33 @@ def run_claim(
         "seeds": [],
         "status": "running",
     }
-    t0 = time.perf_counter()
+    logger.info("claim %s (%s): full result -> %s", claim_id, profile, full_path)
+    total = Meter()
     with tempfile.TemporaryDirectory(prefix=f"replicate-{claim_id}-") as work:
         for seed in range(first_seed, first_seed + seeds):
             set_seed(seed)
             ctx = Context(profile, settings, seed, data_dir, device, bf16, Path(work), model)
-            ts = time.perf_counter()
+            meter = Meter()
             logger.info("claim %s (%s): seed %d", claim_id, profile, seed)
             result = claim.run_seed(ctx)
             result["seed"] = seed
-            result["wall_seconds"] = time.perf_counter() - ts
+            result["resources"] = meter.read()
+            result["wall_seconds"] = result["resources"]["wall_seconds"]
             record["seeds"].append(result)
-            record["wall_seconds"] = time.perf_counter() - t0
+            record["resources"] = total.read()
+            record["wall_seconds"] = record["resources"]["wall_seconds"]
             write_json_atomic(full_path, record, indent=1)
     record["decision"] = claim.decide(record["seeds"], settings)
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
-    record["wall_seconds"] = time.perf_counter() - t0
+    record["resources"] = total.read()
+    record["wall_seconds"] = record["resources"]["wall_seconds"]
     record["finished_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(full_path, record, indent=1)
     record["full_result"] = str(full_path)
     if results is not None:
+        check_replace(Path(results) / f"{name}.json", seeds, force)  # a run beside this one may have written since
+        record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
     return record
 
@@ -197,5 +265,6 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     record["full_result"] = str(path)
     if results is not None:
         name = f"{record['claim']}-{record['profile']}" + (f"-{record['tag']}" if record.get("tag") else "")
+        record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
     return record

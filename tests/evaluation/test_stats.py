@@ -11,6 +11,7 @@ from scipy import stats as sps
 from st_magnitude.evaluation.stats import (
     combine_verdicts,
     compare_arms,
+    crossed_interval,
     paired_bootstrap,
     paired_bootstrap_fn,
     seed_interval,
@@ -56,8 +57,8 @@ def test_compare_arms_detects_a_real_difference_and_not_noise():
     seeds_a, seeds_b = zip(*[_paired(rng, 100, 0.15) for _ in range(3)])
     c = compare_arms(seeds_a, seeds_b, metric="m", arm_a="x", arm_b="y", n_boot=500)
     assert c.significant and c.diff == pytest.approx(0.15, abs=0.06)
-    assert c.ci.low <= min(c.across_seeds.low, c.bootstrap.low) + 1e-12  # the union of both intervals
-    assert c.ci.high >= max(c.across_seeds.high, c.bootstrap.high) - 1e-12
+    judged = crossed_interval(np.stack([np.asarray(a) - np.asarray(b) for a, b in zip(seeds_a, seeds_b)]))
+    assert (c.ci.low, c.ci.high) == pytest.approx((judged.low, judged.high))  # the seed × item interval is judged
     false_pos = 0
     for r in range(60):
         sa, sb = zip(*[_paired(rng, 60, 0.0) for _ in range(3)])
@@ -87,11 +88,13 @@ def test_paired_bootstrap_fn_spearman():
     assert ci.excludes_zero and ci.estimate == pytest.approx(rho(good, np.arange(200)) - rho(bad, np.arange(200)))
 
 
-def test_one_seed_uses_the_bootstrap_interval():
+def test_one_seed_uses_a_t_interval_over_items_and_says_seed_noise_is_not_covered():
     rng = np.random.default_rng(5)
     a, b = _paired(rng, 80, 0.2)
     c = compare_arms([a], [b], n_boot=300)
-    assert c.n_seeds == 1 and c.ci.low == c.bootstrap.low and "1 seed" in c.ci.method
+    lo, hi = sps.t.interval(0.95, 79, loc=np.mean(a - b), scale=sps.sem(a - b))
+    assert c.n_seeds == 1 and (c.ci.low, c.ci.high) == pytest.approx((lo, hi)) and "1 seed" in c.ci.method
+    assert not c.components.seed_noise_covered
 
 
 @pytest.mark.parametrize(
