@@ -352,6 +352,26 @@ class QueryPools:
     def __len__(self) -> int:
         return len(self.positives)
 
+    def pair_counts(self) -> np.ndarray:
+        """``C[i, j]`` = #(positive of query i > negative of query j) + ½ #ties, computed once: the pooled AUC of
+        queries drawn with multiplicities ``w`` is ``wᵀCw / ((w·P)(w·N))`` (P, N: each query's pool sizes)."""
+        if getattr(self, "_counts", None) is None:
+            sorted_neg = [np.sort(n) for n in self.negatives]
+            counts = np.zeros((len(self), len(self)))
+            for i, pos in enumerate(self.positives):
+                if len(pos) == 0:
+                    continue
+                for j, neg in enumerate(sorted_neg):
+                    below = np.searchsorted(neg, pos, side="left")
+                    ties = np.searchsorted(neg, pos, side="right") - below
+                    counts[i, j] = below.sum() + 0.5 * ties.sum()
+            self._counts = counts
+            self._sizes = (
+                np.array([len(p) for p in self.positives], dtype=float),
+                np.array([len(n) for n in self.negatives], dtype=float),
+            )
+        return self._counts
+
 
 def pooled_auc_statistic(pools: dict[str, list], n_queries: int | None = None) -> QueryPools:
     """Group a stored pool (``evaluate_retrieval(...)["auc_pools"]``) by query, for :func:`auc_stat`."""
@@ -364,11 +384,12 @@ def pooled_auc_statistic(pools: dict[str, list], n_queries: int | None = None) -
 
 def auc_stat(pools: QueryPools, idx: np.ndarray) -> float:
     """``statistic(values, idx)`` for :func:`~st_magnitude.evaluation.stats.compare_arms`: the pooled AUC of the
-    resampled queries (each drawn query contributes all its positives and negatives, with multiplicity)."""
-    from st_magnitude.evaluation import pooled_auc_score
-
-    pos = np.concatenate([pools.positives[i] for i in idx])
-    neg = np.concatenate([pools.negatives[i] for i in idx])
-    if len(pos) == 0 or len(neg) == 0:
+    resampled queries (each drawn query contributes all its positives and negatives, with multiplicity), from the
+    query × query pair counts (:meth:`QueryPools.pair_counts`; equal to ranking the concatenated pools)."""
+    counts = pools.pair_counts()
+    n_pos, n_neg = pools._sizes
+    w = np.bincount(np.asarray(idx, dtype=int), minlength=len(pools)).astype(float)
+    total = float(w @ n_pos) * float(w @ n_neg)
+    if total == 0:
         return float("nan")
-    return pooled_auc_score(pos, neg)
+    return float(w @ counts @ w / total)

@@ -51,7 +51,7 @@ def fine_tune(
     info = train(
         model,
         loss,
-        {"anchor": pairs["anchor"][:n], "positive": pairs["positive"][:n]},
+        {column: texts[:n] for column, texts in pairs.items()},  # hard-negative columns too
         ctx=ctx,
         steps=steps,
         batch_size=s["batch_size"],
