@@ -356,20 +356,20 @@ class QueryPools:
         """``C[i, j]`` = #(positive of query i > negative of query j) + ½ #ties, computed once: the pooled AUC of
         queries drawn with multiplicities ``w`` is ``wᵀCw / ((w·P)(w·N))`` (P, N: each query's pool sizes)."""
         if getattr(self, "_counts", None) is None:
-            sorted_neg = [np.sort(n) for n in self.negatives]
+            n_pos = np.array([len(p) for p in self.positives])
+            n_neg = np.array([len(n) for n in self.negatives])
             counts = np.zeros((len(self), len(self)))
-            for i, pos in enumerate(self.positives):
-                if len(pos) == 0:
-                    continue
-                for j, neg in enumerate(sorted_neg):
+            if n_pos.sum():
+                pos = np.concatenate(self.positives)
+                starts = np.concatenate([[0], np.cumsum(n_pos)[:-1]])
+                has = n_pos > 0
+                for j, neg in enumerate(self.negatives):
+                    neg = np.sort(neg)
                     below = np.searchsorted(neg, pos, side="left")
-                    ties = np.searchsorted(neg, pos, side="right") - below
-                    counts[i, j] = below.sum() + 0.5 * ties.sum()
+                    score = below + 0.5 * (np.searchsorted(neg, pos, side="right") - below)
+                    counts[has, j] = np.add.reduceat(score, starts[has])
             self._counts = counts
-            self._sizes = (
-                np.array([len(p) for p in self.positives], dtype=float),
-                np.array([len(n) for n in self.negatives], dtype=float),
-            )
+            self._sizes = (n_pos.astype(float), n_neg.astype(float))
         return self._counts
 
 
