@@ -18,12 +18,16 @@
 set -u -o pipefail
 
 PYTHON=${PYTHON:-python}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's package, whatever the environment installed
 PROFILE=${PROFILE:-cpu}
 SEEDS=${SEEDS:-5}
 CAP=${CAP:-390}             # seconds per claim before its finished seeds are judged
 CLAIMS=${CLAIMS:-"000-table5 000-headline 000-appf 001 002 003 004"}
 OUT=${OUT:?set OUT to the output folder}
 : "${ST_MAGNITUDE_DATA:?set ST_MAGNITUDE_DATA to the folder holding beir/ and sts/}"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd) ST_MAGNITUDE_DATA=$(cd "$ST_MAGNITUDE_DATA" && pwd)  # absolute: each claim runs in its folder
 export ST_MAGNITUDE_DATA HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 if [ "${DRY_RUN:-0}" = 1 ]; then
@@ -46,22 +50,22 @@ run_one() {
     fi
     local start=$SECONDS rc
     TIMEFORMAT="wall %R s, user %U s, sys %S s"
-    { time timeout --signal=TERM --kill-after=20 "$CAP" "$PYTHON" -m st_magnitude.cli replicate "$claim" \
-        --profile "$PROFILE" --seeds "$SEEDS" --device "$DEVICE" --out "$dir/full" --results "$dir/results" \
-        "${EXTRA[@]}" > "$dir/log.txt" 2>&1; } 2> "$dir/time.txt"
+    # run inside $dir with relative folders: the command recorded in the committed summary names no machine path
+    { time (cd "$dir" && timeout --signal=TERM --kill-after=20 "$CAP" "$PYTHON" -m st_magnitude.cli replicate \
+        "$claim" --profile "$PROFILE" --seeds "$SEEDS" --device "$DEVICE" --out full --results results \
+        "${EXTRA[@]}" > log.txt 2>&1); } 2> "$dir/time.txt"
     rc=$?
     echo "exit $rc after $((SECONDS - start)) s (cap $CAP s)" >> "$dir/time.txt"
     if [ "$rc" -ne 0 ]; then  # capped or failed: judge the seeds that finished
         local full
         full=$(ls -t "$dir"/full/*.json 2>/dev/null | head -1)
         if [ -n "$full" ]; then
-            "$PYTHON" -m st_magnitude.cli replicate --redecide "$full" --results "$dir/results" >> "$dir/log.txt" 2>&1 \
-                || echo "redecide failed (no finished seed?)" >> "$dir/time.txt"
+            (cd "$dir" && "$PYTHON" -m st_magnitude.cli replicate --redecide "${full#"$dir"/}" --results results \
+                >> log.txt 2>&1) || echo "redecide failed (no finished seed?)" >> "$dir/time.txt"
         fi
     fi
 }
 
-mkdir -p "$OUT"
 echo "profile $PROFILE, seeds $SEEDS, cap $CAP s, device $DEVICE, claims: $CLAIMS" | tee "$OUT/run.txt"
 for claim in $CLAIMS; do
     if [ "${DRY_RUN:-0}" = 1 ]; then run_one "$claim"; else run_one "$claim" & fi  # a dry run: one at a time

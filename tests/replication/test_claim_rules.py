@@ -49,22 +49,22 @@ ONE_SIDED = [f"{a}@{lam}" for a in ("sent1norm", "sent2norm") for lam in (0.01, 
 
 def test_table5_identical_arms_do_not_reproduce():
     seeds = table5_seeds(cosine=0.3, base=1.0, one_sided={a: 0.3 for a in ONE_SIDED})
-    assert decide("000-table5", seeds, n_boot=200)["verdict"] not in ("reproduces", NOT_REACHED)
+    assert decide("000-table5", seeds, n_boot=100)["verdict"] not in ("reproduces", NOT_REACHED)
 
 
 def test_table5_collapse_at_one_lambda_only_does_not_reproduce():
     """The audit's case: only λ = 0.01 collapses; the effect of a training side effect, not of one-sidedness."""
     noise = {a: (3.0 if a.endswith("@0.01") else 0.3) for a in ONE_SIDED}
-    assert decide("000-table5", table5_seeds(cosine=0.3, base=1.0, one_sided=noise), n_boot=200)["verdict"] != (
+    assert decide("000-table5", table5_seeds(cosine=0.3, base=1.0, one_sided=noise), n_boot=100)["verdict"] != (
         "reproduces"
     )
 
 
 def test_table5_collapse_at_every_lambda_reproduces_and_the_gate_holds_it_back_when_cosine_did_not_train():
     collapsed = {a: 3.0 for a in ONE_SIDED}
-    ok = decide("000-table5", table5_seeds(cosine=0.3, base=1.0, one_sided=collapsed), n_boot=200)
+    ok = decide("000-table5", table5_seeds(cosine=0.3, base=1.0, one_sided=collapsed), n_boot=100)
     assert ok["verdict"] == "reproduces" and all(g["passed"] for g in ok["gates"])
-    untrained = decide("000-table5", table5_seeds(cosine=0.3, base=0.3, one_sided=collapsed), n_boot=200)
+    untrained = decide("000-table5", table5_seeds(cosine=0.3, base=0.3, one_sided=collapsed), n_boot=100)
     assert untrained["verdict"] == NOT_REACHED and untrained["ungated_verdict"] == "reproduces"
 
 

@@ -80,7 +80,7 @@ def run_seed(ctx: Context) -> dict:
     train_folder = beir_folder(ctx, s["train_data"])
     dev = load_eval_set(train_folder, split="dev", max_queries=s["dev_queries"], max_corpus=s["dev_corpus"], seed=0)
     base = base_model(ctx.model or s["model"], device=ctx.device, max_seq_length=s["max_seq_length"])
-    arms = {"base": evaluate_all(base, sets, similarity="cosine", auc_negatives=s["auc_negatives"])}
+    arms = {"base": evaluate_all(base, sets, similarity="cosine", auc_negatives=s["auc_negatives"], keep_pools=True)}
     tuples = mined_tuples(
         base,
         train_folder,
@@ -112,7 +112,7 @@ def run_seed(ctx: Context) -> dict:
             return [stoppers[-1].callback]
 
         model, loss, info = fine_tune(ctx, prepare=prepare, pairs=tuples, callbacks_for=callbacks_for)
-        arms[arm] = evaluate_all(model, sets, similarity="cosine", auc_negatives=s["auc_negatives"])
+        arms[arm] = evaluate_all(model, sets, similarity="cosine", auc_negatives=s["auc_negatives"], keep_pools=True)
         for ds in arms[arm].values():
             ds["metrics"].update(info, best_step=stoppers[-1].best_step)
         history[arm] = stoppers[-1].history
