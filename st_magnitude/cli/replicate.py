@@ -59,6 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FULL_JSON",
         help="recompute the comparisons and verdict of a finished run from its full JSON (no training)",
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run the profile's exact code path at the claim's tiny sizes (seconds on CPU); writes no summary",
+    )
     p.add_argument("--tag", default=None, help="name a variant run (kept beside the main result, not replacing it)")
 
 
@@ -113,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         results=results,
         command=command,
         overrides=overrides,
-        **values(args, "profile", "seeds", "first_seed", "data", "out", "device", "model", "tag", "force"),
+        **values(args, "profile", "seeds", "first_seed", "data", "out", "device", "model", "tag", "force", "dry_run"),
     )
     r = record["resources"]
     print(

@@ -28,13 +28,24 @@ class Claim:
     #: an estimate per profile, never shown: the page and ``replicate --list`` show the recorded cost of a run
     budget: dict[str, str] = field(default_factory=dict)
     headline_metric: str = ""
+    #: per profile, one line: what a run of it can establish and what it cannot
+    can_establish: dict[str, str] = field(default_factory=dict)
+    #: settings that shrink any profile to a few seconds on CPU (``--dry-run``): same code path, tiny sizes
+    dry_run: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for p in self.profiles:
             if p not in PROFILES:
                 raise ValueError(f"claim {self.id}: unknown profile {p!r}; valid: {', '.join(PROFILES)}")
+        for k in self.dry_run:
+            if not any(k in settings for settings in self.profiles.values()):
+                raise ValueError(f"claim {self.id}: dry-run setting {k!r} is in no profile")
 
-    def settings(self, profile: str) -> dict[str, Any]:
+    def settings(self, profile: str, dry_run: bool = False) -> dict[str, Any]:
+        """The profile's settings; ``dry_run``: with :attr:`dry_run`'s tiny sizes over those it has."""
         if profile not in self.profiles:
             raise ValueError(f"claim {self.id} has no {profile!r} profile; valid: {', '.join(self.profiles)}")
-        return dict(self.profiles[profile])
+        out = dict(self.profiles[profile])
+        if dry_run:
+            out.update({k: v for k, v in self.dry_run.items() if k in out})
+        return out

@@ -31,6 +31,7 @@ __all__ = [
     "Context",
     "base_model",
     "beir_folder",
+    "compact_pools",
     "evaluate_retrieval",
     "load_eval_set",
     "load_sts",
@@ -352,9 +353,66 @@ class QueryPools:
     def __len__(self) -> int:
         return len(self.positives)
 
+    def pair_counts(self) -> np.ndarray:
+        """``C[i, j]`` = #(positive of query i > negative of query j) + ½ #ties, computed once: the pooled AUC of
+        queries drawn with multiplicities ``w`` is ``wᵀCw / ((w·P)(w·N))`` (P, N: each query's pool sizes)."""
+        if getattr(self, "_counts", None) is None:
+            n_pos = np.array([len(p) for p in self.positives])
+            n_neg = np.array([len(n) for n in self.negatives])
+            counts = np.zeros((len(self), len(self)))
+            if n_pos.sum():
+                pos = np.concatenate(self.positives)
+                starts = np.concatenate([[0], np.cumsum(n_pos)[:-1]])
+                has = n_pos > 0
+                for j, neg in enumerate(self.negatives):
+                    neg = np.sort(neg)
+                    below = np.searchsorted(neg, pos, side="left")
+                    score = below + 0.5 * (np.searchsorted(neg, pos, side="right") - below)
+                    counts[has, j] = np.add.reduceat(score, starts[has])
+            self._counts = counts
+            self._sizes = (n_pos.astype(float), n_neg.astype(float))
+        return self._counts
 
-def pooled_auc_statistic(pools: dict[str, list], n_queries: int | None = None) -> QueryPools:
-    """Group a stored pool (``evaluate_retrieval(...)["auc_pools"]``) by query, for :func:`auc_stat`."""
+    @classmethod
+    def from_counts(cls, counts: np.ndarray, n_pos: np.ndarray, n_neg: np.ndarray) -> QueryPools:
+        """Pools known only by their pair counts and sizes (the compact stored form, :func:`compact_pools`)."""
+        pools = cls([np.empty(0)] * len(n_pos), [np.empty(0)] * len(n_neg))
+        pools._counts = np.asarray(counts, dtype=float)
+        pools._sizes = (np.asarray(n_pos, dtype=float), np.asarray(n_neg, dtype=float))
+        return pools
+
+
+#: the stored form of a pool kept only as its pair counts (float32 is exact: counts are multiples of ½ below 2²³)
+COMPACT_POOLS = "pair_counts/f32-base64"
+
+
+def compact_pools(pools: dict[str, list], n_queries: int) -> dict[str, Any]:
+    """A stored pool (``evaluate_retrieval(...)["auc_pools"]``) as its query × query pair counts, base64 float32: Q²
+    numbers instead of one per pooled score (top 500 of a full corpus: ~40 MB per arm and seed as JSON lists), and
+    all the query bootstrap of the pooled AUC needs."""
+    import base64
+
+    grouped = pooled_auc_statistic(pools, n_queries)
+    counts = grouped.pair_counts()
+    n_pos, n_neg = grouped._sizes
+    return {
+        "format": COMPACT_POOLS,
+        "n_queries": int(n_queries),
+        "pair_counts": base64.b64encode(counts.astype("<f4").tobytes()).decode("ascii"),
+        "n_pos": n_pos.astype(int).tolist(),
+        "n_neg": n_neg.astype(int).tolist(),
+    }
+
+
+def pooled_auc_statistic(pools: dict[str, Any], n_queries: int | None = None) -> QueryPools:
+    """Group a stored pool (``evaluate_retrieval(...)["auc_pools"]``, or its :func:`compact_pools` form) by query,
+    for :func:`auc_stat`."""
+    if pools.get("format") == COMPACT_POOLS:
+        import base64
+
+        q = int(pools["n_queries"])
+        counts = np.frombuffer(base64.b64decode(pools["pair_counts"]), dtype="<f4").reshape(q, q)
+        return QueryPools.from_counts(counts, np.asarray(pools["n_pos"]), np.asarray(pools["n_neg"]))
     pos, neg = np.asarray(pools["positives"]), np.asarray(pools["negatives"])
     pq, nq = np.asarray(pools["positive_query"], dtype=int), np.asarray(pools["negative_query"], dtype=int)
     if n_queries is None:
@@ -364,11 +422,12 @@ def pooled_auc_statistic(pools: dict[str, list], n_queries: int | None = None) -
 
 def auc_stat(pools: QueryPools, idx: np.ndarray) -> float:
     """``statistic(values, idx)`` for :func:`~st_magnitude.evaluation.stats.compare_arms`: the pooled AUC of the
-    resampled queries (each drawn query contributes all its positives and negatives, with multiplicity)."""
-    from st_magnitude.evaluation import pooled_auc_score
-
-    pos = np.concatenate([pools.positives[i] for i in idx])
-    neg = np.concatenate([pools.negatives[i] for i in idx])
-    if len(pos) == 0 or len(neg) == 0:
+    resampled queries (each drawn query contributes all its positives and negatives, with multiplicity), from the
+    query × query pair counts (:meth:`QueryPools.pair_counts`; equal to ranking the concatenated pools)."""
+    counts = pools.pair_counts()
+    n_pos, n_neg = pools._sizes
+    w = np.bincount(np.asarray(idx, dtype=int), minlength=len(pools)).astype(float)
+    total = float(w @ n_pos) * float(w @ n_neg)
+    if total == 0:
         return float("nan")
-    return pooled_auc_score(pos, neg)
+    return float(w @ counts @ w / total)

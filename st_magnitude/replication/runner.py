@@ -170,17 +170,21 @@ def run_claim(
     command: str | None = None,
     overrides: dict[str, Any] | None = None,
     tag: str | None = None,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Run ``claim_id`` with ``profile`` for ``seeds`` seeds; returns the full record (also written to disk).
 
     ``tag`` names a variant run (e.g. a control with ``overrides``): its summary is ``<claim>-<profile>-<tag>.json``
     and the report shows it as an extra row instead of replacing the main one. ``results``: the folder of the small
     summary (none when None); an existing summary with more seeds is kept unless ``force``.
+    ``dry_run``: the profile's code path at the claim's tiny sizes (:attr:`Claim.dry_run`); never writes ``results``.
     """
     if tag is not None and (not tag or not all(c.isalnum() or c in "-_." for c in tag)):
         raise ValueError(f"tag must be a non-empty name of letters, digits, '-', '_' or '.', got {tag!r}")
     claim = get_claim(claim_id)
-    settings = claim.settings(profile)
+    settings = claim.settings(profile, dry_run=dry_run)
+    if dry_run:
+        results, tag = None, tag or "dry-run"
     for k, v in (overrides or {}).items():
         if k not in settings:
             raise ValueError(f"unknown setting {k!r} for claim {claim_id}/{profile}; valid: {', '.join(settings)}")
@@ -208,9 +212,11 @@ def run_claim(
         "verdict_rule": claim.verdict_rule,
         "profile": profile,
         "tag": tag,
+        "dry_run": dry_run,
         "settings": settings,
         "model_override": model,
         "setting_differences": claim.differences.get(profile, []),
+        "can_establish": claim.can_establish.get(profile, ""),
         "command": command or " ".join(shlex.quote(a) for a in ["st-magnitude", *sys.argv[1:]]),
         "machine": machine_info(device),
         "bf16": bf16,

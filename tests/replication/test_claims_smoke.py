@@ -11,38 +11,23 @@ import pytest
 from conftest import WORDS, build_tiny_bert_dir, build_tiny_st
 from toy_beir import write_toy_beir
 
+from st_magnitude.evaluation.stats import VERDICTS
 from st_magnitude.replication.claims import CLAIM_MODULES, get_claim, list_claims
+from st_magnitude.replication.gates import NOT_REACHED
 from st_magnitude.replication.report import render_report
-from st_magnitude.replication.runner import redecide, run_claim
+from st_magnitude.replication.runner import redecide, run_claim, summary
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: evaluate on every toy query and document (no subsampling)
-ALL_TOY = {"eval_corpus": None, "eval_queries": None}
-#: the size of every tiny fine-tune: batch 4, 16 tokens
-SMALL = {"batch_size": 4, "max_seq_length": 16, **ALL_TOY}
-
-#: per claim: tiny settings (and which model folder to use)
-TINY = {
-    "000-table5": ({"train_pairs": 16, "batch_size": 4, "max_seq_length": 16, "n_boot": 20}, "bert"),
-    "000-headline": ({"steps": 2, **SMALL, "kappa_pairs": 12, "kappa_bootstrap": 5, "auc_negatives": 5}, "bert"),
-    "000-appf": ({"little_steps": 1, "more_steps": 2, **SMALL}, "st_normalize"),
-    "001": ({"steps": 2, **SMALL, "auc_negatives": 5, "n_boot": 20}, "bert"),
-    "002": ({"steps": 2, **SMALL, "auc_negatives": 5}, "bert"),
-    "003": ({"dims": [2, 4, 8, 16], "steps": 1, **SMALL, "n_negatives": 8, "fit_bootstrap": 0}, "bert"),
-    "004": (
-        {"steps": 2, "group_size": 4, "groups": 2, "max_docs": 0, "diag_every": 1, **ALL_TOY}
-        | {"max_seq_length": 16, "lm_max_length": 16},
-        "bert",
-    ),
-}
+#: per claim: which tiny model folder stands in for the profile's base
+MODEL_KEY = {claim_id: "st_normalize" if claim_id == "000-appf" else "bert" for claim_id in CLAIM_MODULES}
 
 
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("repl_data")
     for name in ("nfcorpus", "scifact"):
-        for split in ("train", "test"):
+        for split in ("train", "dev", "test"):
             write_toy_beir(root / "beir" / name, n_docs=24, n_queries=8, split=split)
     sts = root / "sts" / "stsbenchmark"
     sts.mkdir(parents=True)
@@ -71,39 +56,62 @@ def test_every_claim_is_registered_with_both_profiles():
     for c in claims:
         assert set(c.profiles) == {"cpu", "gpu"}, c.id
         assert c.statement and c.paper_number and c.verdict_rule and c.differences.get("cpu"), c.id
+        assert set(c.can_establish) == {"cpu", "gpu"} and c.dry_run, c.id  # says what a run can establish
     with pytest.raises(ValueError, match="valid claims"):
         get_claim("999")
 
 
 @pytest.mark.parametrize("claim_id", list(CLAIM_MODULES))
-def test_claim_code_path_runs_on_tiny_models(claim_id, toy_data, models, tmp_path):
-    overrides, model_key = TINY[claim_id]
+def test_gpu_profile_dry_run_runs_the_code_path_on_tiny_models(claim_id, toy_data, models, tmp_path):
+    """``--profile gpu --dry-run``: the gpu protocol's code path (its arms, losses, gates, LoRA where it has one) at
+    the claim's tiny sizes, on CPU; two seeds for some claims so both interval paths run."""
+    seeds = 2 if claim_id in ("001", "000-appf") else 1
     record = run_claim(
         claim_id,
-        profile="cpu",
-        seeds=2 if claim_id in ("001", "000-appf") else 1,  # both interval paths, kept fast
+        profile="gpu",
+        seeds=seeds,
         data=str(toy_data),
         out=tmp_path / "out",
         results=tmp_path / "results",
         device="cpu",
-        model=str(models[model_key]),
-        command=f"st-magnitude replicate {claim_id} (test)",
-        overrides=overrides,
+        model=str(models[MODEL_KEY[claim_id]]),
+        command=f"st-magnitude replicate {claim_id} --profile gpu --dry-run (test)",
+        dry_run=True,
     )
-    assert record["status"] == "finished" and len(record["seeds"]) == (2 if claim_id in ("001", "000-appf") else 1)
-    assert record["verdict"] in ("reproduces", "contradicts", "inconclusive")
-    if claim_id == "004":
-        assert record["verdict"] == "inconclusive"  # the cpu smoke profile's verdict is fixed in advance
+    claim = get_claim(claim_id)
+    assert record["status"] == "finished" and len(record["seeds"]) == seeds and record["dry_run"]
+    assert record["settings"] == claim.settings("gpu", dry_run=True)
+    assert record["verdict"] in (*VERDICTS, NOT_REACHED) and record["decision"]["gates"]
+    assert not (tmp_path / "results").exists()  # a dry run never writes the committed summaries
     full = json.loads(Path(record["full_result"]).read_text())
-    summary = json.loads((tmp_path / "results" / f"{claim_id}-cpu.json").read_text())
-    assert full["decision"]["verdict"] == summary["verdict"]
-    assert "per_query" not in json.dumps(summary)  # the small file drops per-item arrays
+    assert full["decision"]["verdict"] == record["verdict"] and full["tag"] == "dry-run"
+    arms = full["seeds"][0]["arms"]
+    assert "base" in arms or "raw" in arms  # the untrained base is always an arm
     if claim_id != "000-table5":
-        arm = next(iter(full["seeds"][0]["arms"].values()))
-        assert all(len(v) == 8 for v in next(iter(arm.values()))["per_query"].values())
-    text = render_report(tmp_path / "results")
-    assert f"| {claim_id} | cpu |" in text and f"**{record['verdict']}**" in text
-    assert text.count("not run (") >= len(CLAIM_MODULES)  # every other row says why it did not run
+        arm = next(iter(arms.values()))
+        n = len(next(iter(arm.values()))["per_query"][next(iter(next(iter(arm.values()))["per_query"]))])
+        assert n >= 2
+
+
+def test_cpu_profile_dry_run_and_report(toy_data, models, tmp_path):
+    """The cpu profile's own code path where it differs from the gpu one (004: a frozen LM, no LoRA), and the
+    report built from a summary."""
+    record = run_claim(
+        "004",
+        profile="cpu",
+        data=str(toy_data),
+        out=tmp_path / "out",
+        device="cpu",
+        model=str(models["bert"]),
+        dry_run=True,
+        seeds=1,
+    )
+    assert record["settings"]["lm_frozen"] and record["settings"]["lm_lora_r"] == 0
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "004-cpu.json").write_text(json.dumps({**summary(record), "tag": None, "dry_run": False}))
+    text = render_report(results)
+    assert "| 004 | cpu |" in text and f"**{record['verdict']}**" in text
 
 
 def test_unknown_setting_and_profile_are_refused(toy_data):
@@ -143,14 +151,14 @@ def test_committed_page_is_generated_from_the_committed_results():
 
 
 def test_tagged_control_run_is_an_extra_row(toy_data, models, tmp_path):
-    overrides = {**TINY["000-table5"][0], "arms": ["cosine", "sent1norm"], "lambda": 0.1}
+    overrides = {**get_claim("000-table5").dry_run, "arms": ["cosine", "sent1norm"], "lambdas": [0.1]}
     results = tmp_path / "results"
     kw = dict(profile="cpu", seeds=1, data=str(toy_data), out=tmp_path / "out", results=results, device="cpu")
     rec = run_claim("000-table5", model=str(models["bert"]), overrides=overrides, tag="lambda0.1", **kw)
     main = json.loads((results / "000-table5-cpu-lambda0.1.json").read_text())
     again = redecide(rec["full_result"], results)  # recomputed from the stored per-item scores, same verdict
     assert again["verdict"] == rec["verdict"] and again["decision"]["arms"] == rec["decision"]["arms"]
-    assert main["tag"] == "lambda0.1" and list(main["seeds"][0]["arms"]) == ["cosine", "sent1norm"]
+    assert main["tag"] == "lambda0.1" and list(main["seeds"][0]["arms"]) == ["base", "cosine", "sent1norm@0.1"]
     untagged = {**main, "tag": None}
     (results / "000-table5-cpu.json").write_text(json.dumps(untagged))
     text = render_report(results)

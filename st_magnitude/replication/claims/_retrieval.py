@@ -7,7 +7,7 @@ from typing import Any
 
 from st_magnitude import apply_similarity
 from st_magnitude.losses import PartialNormInfoNCELoss
-from st_magnitude.replication.common import Context, base_model, evaluate_retrieval, set_seed, train
+from st_magnitude.replication.common import Context, base_model, compact_pools, evaluate_retrieval, set_seed, train
 
 __all__ = ["converted_infonce", "evaluate_all", "fine_tune", "fine_tune_and_eval"]
 
@@ -25,11 +25,26 @@ def converted_infonce(variant: str, scale: float) -> Callable[[Any], tuple[Any, 
     return prepare
 
 
-def evaluate_all(model, sets, *, similarity: str | None = None, dual: bool = False, auc_negatives: int = 100) -> dict:
-    return {
-        es.name: evaluate_retrieval(model, es, similarity=similarity, dual=dual, auc_negatives=auc_negatives)
-        for es in sets
-    }
+def evaluate_all(
+    model,
+    sets,
+    *,
+    similarity: str | None = None,
+    dual: bool = False,
+    auc_negatives: int = 100,
+    keep_pools: bool = False,
+) -> dict:
+    """:func:`~st_magnitude.replication.common.evaluate_retrieval` on every set. The pooled-AUC pools are kept (as
+    pair counts, :func:`~st_magnitude.replication.common.compact_pools`) only with ``keep_pools``: a claim that
+    compares pooled AUC across arms needs them, the others report the metric alone."""
+    out = {}
+    for es in sets:
+        res = evaluate_retrieval(model, es, similarity=similarity, dual=dual, auc_negatives=auc_negatives)
+        pools = res.pop("auc_pools")
+        if keep_pools:
+            res["auc_pools"] = compact_pools(pools, len(es.query_ids))
+        out[es.name] = res
+    return out
 
 
 def fine_tune(
@@ -51,7 +66,7 @@ def fine_tune(
     info = train(
         model,
         loss,
-        {"anchor": pairs["anchor"][:n], "positive": pairs["positive"][:n]},
+        {column: texts[:n] for column, texts in pairs.items()},  # hard-negative columns too
         ctx=ctx,
         steps=steps,
         batch_size=s["batch_size"],

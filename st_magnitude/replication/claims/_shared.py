@@ -10,11 +10,7 @@ from st_magnitude.evaluation import stats
 from st_magnitude.replication.common import Context, auc_stat, beir_folder, load_eval_set, pooled_auc_statistic
 
 __all__ = [
-    "CPU_COMPARISON_EVAL",
-    "CPU_RETRIEVAL",
-    "CPU_RETRIEVAL_TRAIN",
     "arm_summary",
-    "bert_tiny_profiles",
     "compare_metric",
     "compare_auc",
     "eval_sets",
@@ -49,29 +45,6 @@ def retrieval_profile(
         eval_corpus=eval_corpus,
         **rest,
     )
-
-
-#: The cpu profile every bert-tiny retrieval claim shares (NFCorpus train; eval subsampled NanoBEIR-style), so the
-#: claims differ only in what they compare.
-CPU_RETRIEVAL = retrieval_profile(
-    "bert-tiny", {"steps": 40}, learning_rate=1e-4, batch_size=16, max_seq_length=96, eval_queries=150, eval_corpus=800
-)
-
-#: How :data:`CPU_RETRIEVAL` trains, for the claims' lists of differences from the paper.
-CPU_RETRIEVAL_TRAIN = "train: NFCorpus train, 40 steps × batch 16 (640 pairs), lr 1e-4, max_seq_length 96"
-#: How :func:`bert_tiny_profiles` evaluates on cpu, for the same lists.
-CPU_COMPARISON_EVAL = "eval sets subsampled to 150 queries / 800 docs; NFCorpus test only (SciFact in the gpu profile)"
-
-
-def bert_tiny_profiles(gpu_learning_rate: float, **common: Any) -> dict[str, dict[str, Any]]:
-    """The cpu and gpu profiles of a bert-tiny loss comparison trained on NFCorpus (claims 001, 002), with the claim's
-    ``common`` settings: :data:`CPU_RETRIEVAL` evaluated on NFCorpus test; on gpu 2,000 steps at
-    ``gpu_learning_rate``, evaluated on NFCorpus and SciFact test."""
-    gpu = retrieval_profile("bert-tiny", {"steps": 2000}, learning_rate=gpu_learning_rate)
-    return {
-        "cpu": dict(**CPU_RETRIEVAL, eval_data=["nfcorpus"], train_data="nfcorpus", **common),
-        "gpu": dict(**gpu, eval_data=["nfcorpus", "scifact"], train_data="nfcorpus", **common),
-    }
 
 
 def eval_sets(ctx: Context, names: tuple[str, ...]) -> list:
