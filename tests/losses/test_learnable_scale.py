@@ -19,9 +19,15 @@ from sentence_transformers.base.modules import Normalize
 from torch import nn
 
 from st_magnitude.callbacks import LossStateCallback, ScaleLoggingCallback, current_scale
-from st_magnitude.losses import CachedMWLoss, CachedPartialNormInfoNCELoss, MWLoss, PartialNormInfoNCELoss
+from st_magnitude.losses import (
+    CachedL2DirLoss,
+    CachedMWLoss,
+    CachedPartialNormInfoNCELoss,
+    L2DirLoss,
+    MWLoss,
+    PartialNormInfoNCELoss,
+)
 from st_magnitude.losses._temperature import MAX_SCALE, LearnableScale
-from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss
 from st_magnitude.modules.nap_head import NAPHead
 
 B, H, N_IN, DIM = 6, 1, 5, 4
@@ -120,7 +126,7 @@ def test_clamp_keeps_the_scale_at_most_100_and_the_gradient_flows_at_the_bound()
     with torch.no_grad():
         module.log_scale.fill_(math.log(250.0))  # an optimizer step overshot
     value = module()
-    assert float(value) == pytest.approx(MAX_SCALE, rel=1e-12) and module.value == pytest.approx(100.0)
+    assert float(value.detach()) == pytest.approx(MAX_SCALE, rel=1e-12) and module.value == pytest.approx(100.0)
     assert float(module.log_scale) == pytest.approx(math.log(100.0), rel=1e-15)  # clamped in place (CLIP)
     value.backward()
     assert float(module.log_scale.grad) == pytest.approx(100.0)  # d exp(l)/dl at the bound: not cut off
