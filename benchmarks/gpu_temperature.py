@@ -361,6 +361,8 @@ def main(argv=None) -> int:
     import torch
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.smoke:
+        torch.set_num_threads(1)  # a shared CPU: no OpenMP spin-waiting billed as CPU time
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
