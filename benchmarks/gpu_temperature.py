@@ -67,6 +67,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--auc-boot", type=int, default=2000, help="bootstrap replicates for pooled AUC (default 2000)")
     p.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2")
     p.add_argument("--data", type=Path, default=None, help="folder holding nfcorpus/ and scifact/ (BEIR)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no new run once the next one (as long as the last) would end past this many seconds",
+    )
     p.add_argument("--smoke", action="store_true", help="tiny CPU run: 3 steps, 2 seeds, subsampled evaluation")
     p.add_argument("--render", type=Path, default=None, metavar="JSON", help="only rewrite docs/temperature.md")
     args = p.parse_args(argv)
@@ -291,6 +297,7 @@ def render_markdown(res: dict) -> str:
         f"({res['device']}; {cfg['steps']} steps × batch {cfg['batch_size']}, {cfg['seeds']} seeds, encoder lr "
         f"{cfg['lr']:g}, log-scale lr {cfg['scale_lr']:g}{', SMOKE RUN' if cfg['smoke'] else ''}). Command: "
         f"`{res['command']}`; wall {res['wall_seconds']:.0f} s, CPU {res['cpu_seconds']:.0f} s.",
+        *(["", f"Stopped by `--budget-s` {res['stopped_by_budget']}."] if res.get("stopped_by_budget") else []),
         "",
         "**Learnable vs fixed scale (learnable − fixed; 95% CI of `compare_arms`)**",
         "",
@@ -351,6 +358,20 @@ def render_docs(json_path: Path, page: Path = DOCS_PAGE) -> None:
     page.write_text(f"{head}{BEGIN}\n{render_markdown(res)}{END}{tail}", encoding="utf-8")
 
 
+def _shown_command(argv: list[str]) -> str:
+    """The command line with machine paths (``--out``, ``--data``) shown as placeholders."""
+    shown, hide = [], {"--out": "OUT", "--data": "DATA"}
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if i and argv[i - 1] in hide:
+            shown.append(hide[argv[i - 1]])
+        elif value and flag in hide:
+            shown.append(f"{flag}={hide[flag]}")
+        else:
+            shown.append(arg)
+    return " ".join(shown)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.render is not None:
@@ -369,7 +390,7 @@ def main(argv=None) -> int:
     wall0, cpu0 = time.perf_counter(), time.process_time()
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
     res = {
-        "command": "python benchmarks/gpu_temperature.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python benchmarks/gpu_temperature.py " + _shown_command(sys.argv[1:] if argv is None else argv),
         "device": device_name,
         "platform": platform.platform(),
         "torch": torch.__version__,
@@ -398,7 +419,16 @@ def main(argv=None) -> int:
     del base
     plan = [(arm, s) for s in range(args.seeds) for arm in ("fixed", "learnable")]
     plan += [("mw", s) for s in range(args.mw_seeds)]
+    last_run = 0.0
     for arm, seed in plan:
+        elapsed = time.perf_counter() - wall0
+        if args.budget_s is not None and elapsed + last_run > args.budget_s:
+            logger.warning(
+                "--budget-s %.0f: stopping before %s seed %d (%.0f s elapsed)", args.budget_s, arm, seed, elapsed
+            )
+            res["stopped_by_budget"] = f"before {arm} seed {seed}"
+            break
+        run_start = time.perf_counter()
         if arm == "mw" and not res["comparisons"]:  # the InfoNCE arms are done: compare them before the MW runs
             res["comparisons"] = comparisons(material, args)
             save()
@@ -420,6 +450,7 @@ def main(argv=None) -> int:
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
         save()
+        last_run = time.perf_counter() - run_start
     if not res["comparisons"]:
         res["comparisons"] = comparisons(material, args)
     save()
