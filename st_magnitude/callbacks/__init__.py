@@ -1,6 +1,7 @@
 """Trainer callbacks for st-magnitude, all in one place.
 
 - :class:`GammaLoggingCallback`: logs the learnable γq / γd (``gamma``).
+- :class:`ScaleLoggingCallback`: logs a learnable softmax scale / temperature (``scale``).
 - :class:`LossStateCallback`: saves the trainable state that lives in a loss (the L2Dir NAP head, Revela's LM, a
   loss-held γ̂) with every checkpoint and restores it on resume, for any loss (``loss_state``);
   :class:`LossStatsCallback` logs the statistics a loss averages (L2Dir's length ratio).
@@ -20,7 +21,9 @@ __all__ = [
     "LossStatsCallback",
     "RevelaDiagnosticsCallback",
     "RevelaLMGradClipCallback",
+    "ScaleLoggingCallback",
     "current_gammas",
+    "current_scale",
     "load_loss_state",
     "load_loss_state_dict",
     "loss_state_dict",
@@ -41,6 +44,7 @@ __getattr__, __dir__ = lazy_exports(
             "loss_state_dict",
             "save_loss_state",
         ),
+        ".scale": ("ScaleLoggingCallback", "current_scale"),
         ".revela": ("DIAGNOSTIC_KEYS", "RevelaDiagnosticsCallback", "RevelaLMGradClipCallback", "revela_callbacks"),
     },
 )

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "mteb": "run mteb's own CLI with a local model folder and local BEIR folders as tasks",
     "diagnose": "magnitude diagnostics + which side to normalise (κ rule with a half-sampling CI); writes a report",
     "scaling": "embedding-dimension scaling laws (paper 003)",
+    "calibrate": "fit score -> P(relevant) on labelled queries, save it with the model; ECE/Brier before/after",
     "compare": "fine-tune one base model with several similarity variants and compare them on BEIR datasets",
     "replicate": "reproduce a paper claim (multi-seed, 95%% CIs, verdict)",
 }

@@ -40,7 +40,7 @@ class CachedL2DirLoss(CachedLoss):
         self,
         model: nn.Module,
         lambda_: float = 0.5,
-        temperature: float = 0.02,
+        temperature: float | str = 0.02,
         tn_temperature: float = 0.01,
         nap_head: NAPHead | None = None,
         nap_input: str = "auto",

@@ -53,7 +53,9 @@ def _in_batch_labels(n_anchors: int, n_candidates: int, device: torch.device, la
     return torch.arange(n_anchors, device=device)
 
 
-def info_nce_loss(anchors: Tensor, candidates: Tensor, temperature: float, labels: Tensor | None = None) -> Tensor:
+def info_nce_loss(
+    anchors: Tensor, candidates: Tensor, temperature: float | Tensor, labels: Tensor | None = None
+) -> Tensor:
     """Eq. 6: cross-entropy over cos(anchor_i, candidate_j)/τ; candidate ``labels[i]`` (default i) is the positive.
 
     Identical to sentence-transformers' ``MultipleNegativesRankingLoss(scale=1/τ)`` (the default cosine).

@@ -27,6 +27,13 @@ from torch import Tensor, nn
 
 from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, feature_rows, gather_columns
 from st_magnitude.losses._loss_state import sync_loss_held_gradients
+from st_magnitude.losses._temperature import (
+    LearnableScale,
+    parse_temperature,
+    scale_value,
+    temperature_config,
+    temperature_tensor,
+)
 from st_magnitude.losses.info_tn import (
     _CITATION,
     InfoTNCollapseWarning,
@@ -59,7 +66,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
         self,
         model: nn.Module,
         lambda_: float = 0.5,
-        temperature: float = 0.02,
+        temperature: float | str = 0.02,
         tn_temperature: float = 0.01,
         nap_head: NAPHead | None = None,
         nap_input: str = "auto",
@@ -84,7 +91,8 @@ class L2DirLoss(_StatsMixin, nn.Module):
             model: a SentenceTransformer (text, decoder or CLIP-style).
             lambda_: λ ∈ [0, 1], the InfoNCE weight (paper: 0.5 everywhere; its sweep 0.1–0.9 all beat InfoNCE).
             temperature: τ of InfoNCE. Paper settings (:data:`PAPER_TEMPERATURES`): VLM2Vec-V2 τ = 0.02,
-                UniIR/CLIP τ = 0.01. (ST's MNRL default is 0.05.)
+                UniIR/CLIP τ = 0.01. (ST's MNRL default is 0.05.) ``"learnable"``: a CLIP-style log-parameterised τ
+                held by the loss (parameter ``temperature.log_scale``), starting at 0.02, clamped to τ ≥ 0.01.
             tn_temperature: τ_TN of InfoTN. Paper: VLM2Vec-V2 0.01, UniIR/CLIP 0.02.
             nap_head: a :class:`~st_magnitude.modules.NAPHead`; default: ``NAPHead(d_in, d_in)`` with d_in the
                 tapped width (for CLIP towers of different widths: one ``Linear(d_tower, d_embedding)`` per
@@ -161,7 +169,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
             raise ValueError(f"nap_input must be one of {list(NAP_INPUTS)}, got {nap_input!r}")
         self.model = model
         self.lambda_ = float(lambda_)
-        self.temperature = _check_temperature("temperature", temperature)
+        self.temperature: float | LearnableScale = parse_temperature(temperature, default=0.02)
         self.tn_temperature = _check_temperature("tn_temperature", tn_temperature)
         self.eps = float(eps)
         self.gather_across_devices = bool(gather_across_devices)
@@ -235,7 +243,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
         docs, po_docs = gathered[:n_docs], gathered[n_docs:]
         check_has_negatives(docs[0].size(0), n_docs, name)
         rows = torch.arange(offset, offset + embeddings[0].size(0), device=embeddings[0].device)
-        nce = info_nce_loss(embeddings[0], torch.cat(docs), self.temperature, labels=rows)
+        nce = info_nce_loss(embeddings[0], torch.cat(docs), temperature_tensor(self.temperature), labels=rows)
         tn = info_tn_loss(po[0], torch.cat(po_docs), self.tn_temperature, self.eps, labels=rows)
         stats = _length_stats(po[0], po[1])
         with torch.no_grad():
@@ -249,7 +257,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
     def get_config_dict(self) -> dict[str, Any]:
         return {
             "lambda_": self.lambda_,
-            "temperature": self.temperature,
+            **temperature_config(self.temperature),
             "tn_temperature": self.tn_temperature,
             "nap_input": self.tap.nap_input,
             "final_norm": self.tap.final_norm_paths or None,
@@ -260,7 +268,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
     @property
     def scale(self) -> float:
         """1/τ, the InfoNCE scale in sentence-transformers terms."""
-        return 1.0 / self.temperature
+        return scale_value(self.temperature) if isinstance(self.temperature, LearnableScale) else 1 / self.temperature
 
     @property
     def citation(self) -> str:

@@ -22,6 +22,12 @@ from torch import Tensor, nn
 
 from st_magnitude.losses._batch import GatheredBatch
 from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
+from st_magnitude.losses._temperature import (
+    LearnableScale,
+    parse_temperature,
+    scale_value,
+    temperature_config,
+)
 from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
@@ -88,13 +94,20 @@ def pairwise_softplus_sum(
     return _PairwiseSoftplusSum.apply(pos, neg, 1.0 / float(temperature), int(chunk_size))
 
 
-def mw_negatives(similarity: Similarity, query_rows: Tensor, docs_all: Tensor, positive_columns: Tensor) -> Tensor:
+def mw_negatives(
+    similarity: Similarity, query_rows: Tensor, docs_all: Tensor, positive_columns: Tensor, scale: Tensor | None = None
+) -> Tensor:
     """Rows of the score matrix s(q_i, ·), flattened, with each row's own positive set to −∞ (a part of S⁻).
+
+    With ``scale`` (a learnable 1/τ) the scores are multiplied by it *before* the −∞ is written, so its gradient
+    ``Σ ∂L/∂(scale·s) · s`` never meets ``0 · (−∞)``.
 
     A −∞ entry contributes exactly 0 to the pair sum and its gradient (softplus(−∞) = σ(−∞) = 0), so the block is
     used as a view, without copying the negatives out of it.
     """
     scores = at_least_fp32(similarity(query_rows, docs_all))  # [r, M]
+    if scale is not None:
+        scores = scores * scale
     scores[torch.arange(scores.size(0), device=scores.device), positive_columns] = -torch.inf
     return scores.reshape(-1)
 
@@ -105,9 +118,7 @@ def _auto_chunk(chunk_size: int | None, score_elements: int) -> int:
     return chunk_size if chunk_size is not None else max(MIN_AUTO_CHUNK, score_elements // 2)
 
 
-def _check_mw_args(temperature: float, reduction: str, chunk_size: int | None) -> None:
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+def _check_mw_args(reduction: str, chunk_size: int | None) -> None:
     if reduction not in MW_REDUCTIONS:
         raise ValueError(f"reduction must be one of {list(MW_REDUCTIONS)}, got {reduction!r}")
     if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size > 0):
@@ -130,7 +141,7 @@ class MWLoss(FamilyLoss):
         self,
         model: nn.Module,
         similarity: str | Similarity | None = "cosine",
-        temperature: float = 0.01,
+        temperature: float | str = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         chunk_size: int | None = None,
         gather_across_devices: bool = False,
@@ -152,6 +163,9 @@ class MWLoss(FamilyLoss):
             similarity: ``"cosine"`` (the paper), ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"``, a
                 ``Similarity``, or ``None`` for what the model carries.
             temperature: τ (paper 001 §5.1: 0.01, i.e. a scale of 100 on cosine scores). Scores are divided by τ.
+                ``"learnable"``: a CLIP-style log-parameterised τ held by the loss (parameter
+                ``temperature.log_scale`` = log 1/τ), starting at 0.01 and clamped to τ ≥ 0.01, so it can only
+                grow (see ``docs/temperature.md``).
             reduction: ``"paper"``: Σ over pairs / B, as eq. 3 is written (large: ≈ |S⁻|·log 2 at start);
                 ``"mean"``: mean over the B·|S⁻| pairs (the expectation of Lemma 2).
             chunk_size: (positive, negative) pairs evaluated at once; the pair stage holds about 32–36 bytes per
@@ -205,9 +219,10 @@ class MWLoss(FamilyLoss):
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=MWLoss(model))
                 trainer.train()
         """
-        _check_mw_args(temperature, reduction, chunk_size)
+        temperature = parse_temperature(temperature, default=0.01)
+        _check_mw_args(reduction, chunk_size)
         super().__init__(model, similarity, gather_across_devices)
-        self.temperature = float(temperature)
+        self.temperature: float | LearnableScale = temperature
         self.reduction = reduction
         self.chunk_size = chunk_size
 
@@ -227,9 +242,15 @@ class MWLoss(FamilyLoss):
     def rows_loss(self, batch: GatheredBatch, begin: int, end: int) -> Tensor:
         """The pairs of this process's anchors ``begin:end``: their negatives against every positive of the batch."""
         local = batch.local_rows(begin, end)
-        negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local)
         positives, pair_chunk = batch.extra["positives_input"], batch.extra["pair_chunk"]
-        return pairwise_softplus_sum(positives, negatives, self.temperature, pair_chunk) * batch.extra["factor"]
+        if isinstance(self.temperature, LearnableScale):  # (s⁻ − s⁺)/τ = s⁻·(1/τ) − s⁺·(1/τ): 1/τ gets its gradient
+            inv_tau = self.temperature()
+            negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local, inv_tau)
+            pairs = pairwise_softplus_sum(positives * inv_tau, negatives, 1.0, pair_chunk)
+        else:
+            negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local)
+            pairs = pairwise_softplus_sum(positives, negatives, self.temperature, pair_chunk)
+        return pairs * batch.extra["factor"]
 
     def finish_batch(self, batch: GatheredBatch) -> None:
         """Back-propagate the positives' gradient, accumulated over the chunks, once."""
@@ -239,12 +260,12 @@ class MWLoss(FamilyLoss):
 
     @property
     def scale(self) -> float:
-        return 1.0 / self.temperature
+        return scale_value(self.temperature) if isinstance(self.temperature, LearnableScale) else 1 / self.temperature
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
             **self.similarity_config(),
-            "temperature": self.temperature,
+            **temperature_config(self.temperature),
             "reduction": self.reduction,
             "chunk_size": "auto" if self.chunk_size is None else self.chunk_size,
             "gather_across_devices": self.gather_across_devices,
@@ -271,7 +292,7 @@ class CachedMWLoss(CachedLoss):
         self,
         model: nn.Module,
         similarity: str | Similarity | None = "cosine",
-        temperature: float = 0.01,
+        temperature: float | str = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         mini_batch_size: int = 32,
         chunk_size: int | None = None,
@@ -294,7 +315,8 @@ class CachedMWLoss(CachedLoss):
         Args:
             model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
             similarity: as in :class:`MWLoss`.
-            temperature: τ (paper 001: 0.01).
+            temperature: τ (paper 001: 0.01) or ``"learnable"`` (as in :class:`MWLoss`; parameter
+                ``loss.temperature.log_scale``).
             reduction: ``"paper"`` (Σ/B, eq. 3) or ``"mean"`` (mean over pairs).
             mini_batch_size: rows per forward pass and per score-matrix chunk.
             chunk_size: (positive, negative) pairs evaluated at once; ``None`` (default) uses half the size of one

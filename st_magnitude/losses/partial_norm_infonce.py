@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from st_magnitude.losses._batch import GatheredBatch
 from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
+from st_magnitude.losses._temperature import LearnableScale, parse_scale, scale_config, scale_tensor, scale_value
 from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
@@ -31,13 +32,13 @@ def infonce_rows(
     queries: Tensor,
     docs_all: Tensor,
     positive_columns: Tensor,
-    scale: float,
+    scale: float | Tensor,
 ) -> Tensor:
     """Per-row InfoNCE of paper 000 eq. 2: ``-log softmax(scale · s(q_i, ·))[pos_i]`` over all candidates.
 
     ``queries`` [r, n] are the rows, ``docs_all`` [M, n] every candidate (positives of all queries first, then the
-    hard-negative columns, as in ST's MNRL), ``positive_columns`` [r] the column of each row's positive.
-    Computed in float32 (logsumexp), so fp16/bf16 autocast stays finite.
+    hard-negative columns, as in ST's MNRL), ``positive_columns`` [r] the column of each row's positive; ``scale``
+    a float or a 0-dim tensor (learnable). Computed in float32 (logsumexp), so fp16/bf16 autocast stays finite.
     """
     logits = at_least_fp32(similarity(queries, docs_all)) * scale  # [r, M]
     rows = torch.arange(queries.size(0), device=queries.device)
@@ -49,7 +50,7 @@ class PartialNormInfoNCELoss(FamilyLoss):
         self,
         model: nn.Module,
         similarity: str | Similarity | None = "qnorm",
-        scale: float = 20.0,
+        scale: float | str = 20.0,
         gather_across_devices: bool = False,
     ) -> None:
         """InfoNCE with in-batch negatives (paper 000 eq. 2) scored with any member of the magnitude-aware
@@ -76,7 +77,9 @@ class PartialNormInfoNCELoss(FamilyLoss):
             model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
             similarity: ``"cosine"``, ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"``, a ``Similarity``, or
                 ``None`` for "what the model carries" (a plain model: its ``similarity_fn_name``, cosine or dot).
-            scale: inverse temperature (paper 000: 20, i.e. τ = 0.05).
+            scale: inverse temperature (paper 000: 20, i.e. τ = 0.05), or ``"learnable"``: a CLIP-style
+                log-parameterised scale held by the loss (parameter ``scale.log_scale``), starting at 20, clamped to
+                ≤ 100 (see ``docs/temperature.md``).
             gather_across_devices: gather embeddings from all processes (with gradients) before the loss, like
                 MNRL; each process then scores its own anchors against every candidate of every process.
 
@@ -131,24 +134,29 @@ class PartialNormInfoNCELoss(FamilyLoss):
                 )
                 trainer.train()
         """
-        if not (isinstance(scale, (int, float)) and scale > 0):
-            raise ValueError(f"scale must be a positive number (inverse temperature), got {scale!r}")
+        scale = parse_scale(scale, default=20.0)
         super().__init__(model, similarity, gather_across_devices)
-        self.scale = float(scale)
+        self.scale: float | LearnableScale = scale
 
     def rows_loss(self, batch: GatheredBatch, begin: int, end: int) -> Tensor:
         """InfoNCE of this process's anchors ``begin:end``, divided by the local batch size (the chunks add up to
         the mean over the batch)."""
         local = batch.local_rows(begin, end)
-        per_row = infonce_rows(self.similarity_fct, batch.queries[local], batch.docs_all, local, self.scale)
+        per_row = infonce_rows(
+            self.similarity_fct, batch.queries[local], batch.docs_all, local, scale_tensor(self.scale)
+        )
         return per_row.sum() / batch.size
 
     @property
     def temperature(self) -> float:
-        return 1.0 / self.scale
+        return 1.0 / scale_value(self.scale)
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {**self.similarity_config(), "scale": self.scale, "gather_across_devices": self.gather_across_devices}
+        return {
+            **self.similarity_config(),
+            **scale_config(self.scale),
+            "gather_across_devices": self.gather_across_devices,
+        }
 
     @property
     def citation(self) -> str:
@@ -169,7 +177,7 @@ class CachedPartialNormInfoNCELoss(CachedLoss):
         self,
         model: nn.Module,
         similarity: str | Similarity | None = "qnorm",
-        scale: float = 20.0,
+        scale: float | str = 20.0,
         mini_batch_size: int = 32,
         mini_batch_num_tokens: int | None = None,
         gather_across_devices: bool = False,
@@ -189,7 +197,8 @@ class CachedPartialNormInfoNCELoss(CachedLoss):
         Args:
             model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
             similarity: as in :class:`PartialNormInfoNCELoss`.
-            scale: inverse temperature (paper 000: 20).
+            scale: inverse temperature (paper 000: 20) or ``"learnable"`` (as in :class:`PartialNormInfoNCELoss`;
+                parameter ``loss.scale.log_scale``).
             mini_batch_size: rows per forward pass and per loss chunk; bounds memory, not the result.
             mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
             gather_across_devices: as in :class:`PartialNormInfoNCELoss`.

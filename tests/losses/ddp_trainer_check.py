@@ -20,7 +20,7 @@ from datasets import Dataset
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from torch import nn
 
-from st_magnitude.losses import CachedL2DirLoss, CachedMWLoss, CachedPartialNormInfoNCELoss, L2DirLoss
+from st_magnitude.losses import CachedL2DirLoss, CachedMWLoss, CachedPartialNormInfoNCELoss, L2DirLoss, MWLoss
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared tiny-model kit
 from conftest import TRAIN_SENTENCES as SENTS  # noqa: E402
@@ -34,6 +34,12 @@ def build(hf_dir: str, normalize: bool) -> SentenceTransformer:
 def make(name: str, model: SentenceTransformer, gather: bool) -> nn.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if name == "infonce_scale_learnable_cached":  # a learnable softmax scale held by the loss
+            return CachedPartialNormInfoNCELoss(
+                model, "cosine", scale="learnable", mini_batch_size=3, gather_across_devices=gather
+            )
+        if name == "mw_temperature_learnable":
+            return MWLoss(model, "cosine", temperature="learnable", reduction="mean", gather_across_devices=gather)
         if name == "infonce_learnable_cached":
             return CachedPartialNormInfoNCELoss(model, "learnable", mini_batch_size=3, gather_across_devices=gather)
         if name == "mw_learnable_cached":
@@ -46,12 +52,22 @@ def make(name: str, model: SentenceTransformer, gather: bool) -> nn.Module:
     return loss
 
 
+NAMES = (
+    "infonce_learnable_cached",
+    "mw_learnable_cached",
+    "l2dir",
+    "l2dir_cached",
+    "infonce_scale_learnable_cached",
+    "mw_temperature_learnable",
+)
+
+
 def main() -> None:
     hf_dir, out_path = sys.argv[1], sys.argv[2]
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     results = {}
-    for name in ("infonce_learnable_cached", "mw_learnable_cached", "l2dir", "l2dir_cached"):
-        model = build(hf_dir, normalize=name.startswith("l2dir"))
+    for name in NAMES:
+        model = build(hf_dir, normalize=name.startswith("l2dir") or "_scale_" in name or "_temperature_" in name)
         loss = make(name, model, gather=distributed).double()
         data = Dataset.from_dict({"anchor": SENTS, "positive": [s.split(" ", 1)[1] + " study" for s in SENTS]})
         args = SentenceTransformerTrainingArguments(

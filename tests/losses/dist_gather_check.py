@@ -66,6 +66,17 @@ def make_losses(gather: bool, weight: torch.Tensor) -> dict[str, nn.Module]:
         out["mw_learnable_cached"] = CachedMWLoss(
             Linear(weight), "learnable", temperature=0.1, mini_batch_size=3, chunk_size=11, **raw
         )
+        # a learnable softmax scale / temperature held by the loss (log_scale): averaged over processes by the loss
+        out["infonce_scale_learnable"] = PartialNormInfoNCELoss(Linear(weight), "qnorm", scale="learnable", **raw)
+        out["infonce_scale_learnable_cached"] = CachedPartialNormInfoNCELoss(
+            Linear(weight), "cosine", scale="learnable", mini_batch_size=3, **raw
+        )
+        out["mw_temperature_learnable"] = MWLoss(
+            Linear(weight), "cosine", temperature="learnable", chunk_size=13, **raw
+        )
+        out["mw_temperature_learnable_cached"] = CachedMWLoss(
+            Linear(weight), "dnorm", temperature="learnable", reduction="mean", mini_batch_size=3, **raw
+        )
         # the Matryoshka wrapper around a gathering loss with a loss-held γ̂: the wrapper averages γ̂'s gradient
         shared = Linear(weight)
         inner = PartialNormInfoNCELoss(shared, "learnable", **raw)
@@ -76,6 +87,17 @@ def make_losses(gather: bool, weight: torch.Tensor) -> dict[str, nn.Module]:
             model = nn.Sequential(LinearStep(weight), Normalize())
             out[name] = cls(model, temperature=0.1, tn_temperature=0.1, nap_head=head, **kw, **raw)
             out[name].callback_attached = True
+        torch.manual_seed(5)
+        model = nn.Sequential(LinearStep(weight), Normalize())
+        out["l2dir_temperature_learnable_cached"] = CachedL2DirLoss(
+            model,
+            temperature="learnable",
+            tn_temperature=0.1,
+            nap_head=NAPHead(DIM).double(),
+            mini_batch_size=3,
+            **raw,
+        )
+        out["l2dir_temperature_learnable_cached"].callback_attached = True
     return {k: v.double() for k, v in out.items()}
 
 

@@ -38,6 +38,14 @@ def _make(name: str, model: nn.Module, cached: bool) -> nn.Module:
 
 
 def _make_loss(name: str, model: nn.Module, cached: bool) -> nn.Module:
+    if name == "infonce_scale":  # a learnable softmax scale held by the loss
+        kw = {"scale": "learnable"}
+        if cached:
+            return CachedPartialNormInfoNCELoss(model, "cosine", mini_batch_size=3, **kw)
+        return PartialNormInfoNCELoss(model, "cosine", **kw)
+    if name == "mw_temperature":
+        kw = {"temperature": "learnable", "reduction": "mean"}
+        return CachedMWLoss(model, "cosine", mini_batch_size=3, **kw) if cached else MWLoss(model, "cosine", **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LossSimilarityWarning)  # learnable γ̂ held by the loss: on purpose here
         if name == "infonce":
@@ -49,7 +57,7 @@ def _make_loss(name: str, model: nn.Module, cached: bool) -> nn.Module:
             if cached:
                 return CachedMWLoss(model, "learnable", mini_batch_size=3, **kw)
             return MWLoss(model, "learnable", **kw)
-    kw = {"temperature": 0.05, "tn_temperature": 0.05}
+    kw = {"temperature": "learnable" if name == "l2dir_temperature" else 0.05, "tn_temperature": 0.05}
     torch.manual_seed(11)  # the same random NAP head for the plain and the cached loss
     loss = CachedL2DirLoss(model, mini_batch_size=3, **kw) if cached else L2DirLoss(model, **kw)
     loss.callback_attached = True  # no checkpoints in these runs
@@ -61,14 +69,22 @@ def _model(tiny_bert_dir, name: str):
 
     # no dropout: the plain loss embeds columns merged, the cached one per mini-batch; float64, so "identical" can
     # mean 1e-6 on the parameter moves
-    return build_tiny_st(tiny_bert_dir, normalize=(name == "l2dir"), dropout=0.0).double()
+    return build_tiny_st(tiny_bert_dir, normalize=name.startswith("l2dir"), dropout=0.0).double()
 
 
 def _params(loss: nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in loss_parameters(loss).items() if p.requires_grad}
 
 
-LOSS_HELD = {"infonce": "similarity_fct.", "mw": "similarity_fct.", "l2dir": "nap_head."}
+LOSS_HELD = {
+    "infonce": "similarity_fct.",
+    "mw": "similarity_fct.",
+    "l2dir": "nap_head.",
+    "infonce_scale": "scale.log_scale",
+    "mw_temperature": "temperature.log_scale",
+    "l2dir_temperature": "temperature.log_scale",
+}
+NAMES = list(LOSS_HELD)
 
 
 def _train_one_step(tiny_bert_dir, tmp_path, name: str, cached: bool) -> tuple[dict, dict]:
@@ -101,7 +117,7 @@ def _train_one_step(tiny_bert_dir, tmp_path, name: str, cached: bool) -> tuple[d
     return before, _params(loss)
 
 
-@pytest.mark.parametrize("name", ["infonce", "mw", "l2dir"])
+@pytest.mark.parametrize("name", NAMES)
 def test_trainer_grad_accumulation_moves_every_parameter_like_plain_loss(tiny_bert_dir, tmp_path, name):
     # Given the same model, data order and one SGD step over 2 accumulated micro-batches
     before_p, after_p = _train_one_step(tiny_bert_dir, tmp_path, name, cached=False)
@@ -136,7 +152,7 @@ def _grads(loss: nn.Module, model: nn.Module, scale: float) -> dict[str, torch.T
     return {n: p.grad.detach() / scale for n, p in loss_parameters(loss).items() if p.grad is not None}
 
 
-@pytest.mark.parametrize("name", ["infonce", "mw", "l2dir"])
+@pytest.mark.parametrize("name", NAMES)
 def test_fp16_style_loss_scale_reaches_loss_held_parameters(tiny_bert_dir, name):
     # Given a cached loss that owns parameters
     model = _model(tiny_bert_dir, name)

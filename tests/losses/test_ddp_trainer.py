@@ -37,10 +37,21 @@ def test_two_process_trainer_step_equals_one_process(tiny_bert_dir, tmp_path):
     proc = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     single, ddp = json.loads(one.read_text()), json.loads(two.read_text())
-    assert set(single) == set(ddp) == {"infonce_learnable_cached", "mw_learnable_cached", "l2dir", "l2dir_cached"}
+    assert (
+        set(single)
+        == set(ddp)
+        == {
+            "infonce_learnable_cached",
+            "mw_learnable_cached",
+            "l2dir",
+            "l2dir_cached",
+            "infonce_scale_learnable_cached",
+            "mw_temperature_learnable",
+        }
+    )
     for name, params in single.items():
         assert set(params) == set(ddp[name])
-        assert any(p.startswith(("similarity_fct.", "nap_head.")) for p in params), name
+        assert any(p.startswith(("similarity_fct.", "nap_head.", "scale.", "temperature.")) for p in params), name
         for param, values in params.items():
             a = torch.tensor(values, dtype=torch.float64)
             b = torch.tensor(ddp[name][param], dtype=torch.float64)

@@ -58,6 +58,11 @@ def test_two_process_gather_equals_full_batch(tmp_path):
         "l2dir",
         "l2dir_cached",
         "matryoshka_learnable",
+        "infonce_scale_learnable",
+        "infonce_scale_learnable_cached",
+        "mw_temperature_learnable",
+        "mw_temperature_learnable_cached",
+        "l2dir_temperature_learnable_cached",
     }
     for name, r in report["results"].items():
         assert r["loss_abs_diff"] <= 1e-6 * max(1.0, abs(r["loss_1proc"])), (name, r)
@@ -68,6 +73,8 @@ def test_two_process_gather_equals_full_batch(tmp_path):
             assert diff <= 1e-6 * max(1.0, scale), (name, param, r)
         if "learnable" in name or "l2dir" in name:  # γ̂ / the NAP head: averaged over processes by the loss
             assert r["loss_held"], name
+        if "scale_learnable" in name or "temperature_learnable" in name:  # the learnable scale took part
+            assert any(p.endswith("log_scale") for p in r["loss_held"]), (name, r)
     # different per-process batch sizes: the package's own error on every process (gloo would abort)
     assert len(report["unequal_sizes"]) == 2
     for message in report["unequal_sizes"]:

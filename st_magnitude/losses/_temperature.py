@@ -1,0 +1,145 @@
+"""A learnable softmax scale (inverse temperature) held by a loss, CLIP style.
+
+``scale="learnable"`` (InfoNCE) or ``temperature="learnable"`` (MW, L2Dir's InfoNCE part) replaces the fixed number
+by :class:`LearnableScale`: one scalar parameter ``log_scale`` with ``scale = exp(log_scale)`` and
+``temperature = 1/scale = exp(−log_scale)``, initialised at the loss's default and clamped to ``scale ≤ 100``
+(``temperature ≥ 0.01``), as CLIP does (Radford et al. 2021, §2.5: "directly optimized during training as a
+log-parameterized multiplicative scalar ... clipped to prevent scaling the logits by more than 100").
+
+The clamp is the one OpenCLIP applies after each optimizer step, ``logit_scale.clamp_(0, ln 100)``: here it is
+applied in place each time the value is read, before any graph uses it, so a step that overshoots is pulled back to
+``ln 100`` and the gradient still flows at the bound (``exp`` of a clamped leaf, no ``torch.clamp`` in the graph).
+
+The parameter lives in the loss, so the machinery for loss-held parameters applies unchanged: the Trainer optimises
+it (``loss.named_parameters()``; its own learning rate through ``learning_rate_mapping={r"log_scale$": 1e-2}``),
+:func:`~st_magnitude.losses._common.sync_loss_held_gradients` averages its gradient over processes,
+:func:`~st_magnitude.losses._common.forward_cached_scaled` scales its GradCache gradient by the accumulation divisor
+and the fp16 loss scale, and :class:`~st_magnitude.callbacks.LossStateCallback` saves it with checkpoints.
+:class:`~st_magnitude.callbacks.ScaleLoggingCallback` logs it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "LEARNABLE",
+    "MAX_SCALE",
+    "LearnableScale",
+    "parse_scale",
+    "parse_temperature",
+    "scale_tensor",
+    "temperature_tensor",
+    "scale_value",
+    "scale_config",
+    "temperature_config",
+]
+
+LEARNABLE = "learnable"
+#: CLIP's bound on the logit scale (Radford et al. 2021, §2.5); the learnable temperature is correspondingly ≥ 0.01.
+MAX_SCALE = 100.0
+
+
+class LearnableScale(nn.Module):
+    """``scale = exp(log_scale)``, one trainable scalar, clamped in place to ``scale ≤ max_scale``.
+
+    Args:
+        init_scale: the starting scale (the loss's default: InfoNCE 20, MW 1/0.01 = 100, L2Dir 1/0.02 = 50).
+        max_scale: upper bound of the scale (CLIP: 100).
+    """
+
+    def __init__(self, init_scale: float, max_scale: float = MAX_SCALE) -> None:
+        super().__init__()
+        if not (math.isfinite(init_scale) and 0 < init_scale <= max_scale):
+            raise ValueError(f"init_scale must lie in (0, {max_scale:g}], got {init_scale!r}")
+        self.max_scale = float(max_scale)
+        self.init_scale = float(init_scale)
+        self.log_scale = nn.Parameter(torch.tensor(math.log(init_scale), dtype=torch.float32))
+
+    def clamp_(self) -> None:
+        """Pull ``log_scale`` back to ``≤ ln max_scale`` in place (a no-op unless the last step overshot)."""
+        # .data: the clamp is not part of any graph and does not bump the version counter of a leaf that an earlier
+        # chunk of the same batch may have saved (the value is unchanged then, the clamp only acts between steps)
+        self.log_scale.data.clamp_(max=math.log(self.max_scale))
+
+    def forward(self) -> Tensor:
+        """The scale as a 0-dim float32 tensor with a gradient to ``log_scale``."""
+        self.clamp_()
+        return self.log_scale.exp()
+
+    @property
+    def value(self) -> float:
+        """The current (clamped) scale as a float."""
+        return min(math.exp(float(self.log_scale.detach())), self.max_scale)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.value:.4g}, init_scale={self.init_scale:g}, max_scale={self.max_scale:g}"
+
+
+def _parse(value: Any, name: str, meaning: str) -> float | str:
+    if isinstance(value, str):
+        if value == LEARNABLE:
+            return LEARNABLE
+        raise ValueError(f"{name} must be a positive finite number ({meaning}) or {LEARNABLE!r}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number ({meaning}) or {LEARNABLE!r}, got {value!r}")
+    return float(value)
+
+
+def parse_scale(value: Any, default: float, name: str = "scale") -> float | LearnableScale:
+    """A fixed scale (float) or, for ``"learnable"``, a :class:`LearnableScale` starting at ``default``.
+
+    Raises:
+        ValueError: anything but a positive finite number or ``"learnable"``.
+    """
+    parsed = _parse(value, name, "inverse temperature")
+    return LearnableScale(default) if parsed == LEARNABLE else parsed
+
+
+def parse_temperature(value: Any, default: float, name: str = "temperature") -> float | LearnableScale:
+    """A fixed temperature (float) or, for ``"learnable"``, a :class:`LearnableScale` starting at ``1/default``
+    (so the temperature is bounded below by ``1/MAX_SCALE = 0.01``).
+
+    Raises:
+        ValueError: anything but a positive finite number or ``"learnable"``.
+    """
+    parsed = _parse(value, name, "scores are divided by it")
+    return LearnableScale(1.0 / default) if parsed == LEARNABLE else parsed
+
+
+def scale_tensor(scale: float | LearnableScale) -> float | Tensor:
+    """What a loss multiplies its scores by: the fixed float, or the learnable scale (a tensor with a gradient)."""
+    return scale() if isinstance(scale, LearnableScale) else scale
+
+
+def temperature_tensor(temperature: float | LearnableScale) -> float | Tensor:
+    """What a loss divides its scores by: the fixed float, or ``exp(−log_scale)`` with a gradient."""
+    return 1.0 / temperature() if isinstance(temperature, LearnableScale) else temperature
+
+
+def scale_value(scale: float | LearnableScale) -> float:
+    """The current scale as a float (fixed or learned)."""
+    return scale.value if isinstance(scale, LearnableScale) else float(scale)
+
+
+def scale_config(scale: float | LearnableScale, name: str = "scale") -> dict[str, Any]:
+    """The scale part of a loss's ``get_config_dict``: the number, or ``"learnable"`` with its start and current
+    value."""
+    if not isinstance(scale, LearnableScale):
+        return {name: float(scale)}
+    return {name: LEARNABLE, f"{name}_init": scale.init_scale, f"{name}_learned": round(scale.value, 6)}
+
+
+def temperature_config(temperature: float | LearnableScale, name: str = "temperature") -> dict[str, Any]:
+    """As :func:`scale_config`, for a loss whose hyper-parameter is a temperature (τ = 1/scale)."""
+    if not isinstance(temperature, LearnableScale):
+        return {name: float(temperature)}
+    return {
+        name: LEARNABLE,
+        f"{name}_init": round(1.0 / temperature.init_scale, 9),
+        f"{name}_learned": round(1.0 / temperature.value, 9),
+    }
