@@ -140,17 +140,3 @@ def test_python_dash_m():
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0 and proc.stdout.startswith("st-magnitude "), proc.stderr
-
-
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("st_magnitude.convert_cli", "st_magnitude.cli.strip"),
-        ("st_magnitude.diagnostics.cli", "st_magnitude.cli.diagnose"),
-        ("st_magnitude.scaling.cli", "st_magnitude.cli.scaling"),
-    ],
-)
-def test_old_cli_module_without_public_names_warns_on_import(old, new, monkeypatch):
-    monkeypatch.delitem(sys.modules, old, raising=False)
-    with pytest.warns(DeprecationWarning, match=new):
-        importlib.import_module(old)

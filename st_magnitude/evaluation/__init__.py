@@ -54,7 +54,7 @@ __getattr__, __dir__ = lazy_exports(
             "pooled_auc_pools",
             "pooled_auc_score",
         ),
-        ".contrastive_entropy": ("ContrastiveEntropyEvaluator", "contrastive_entropy", "sample_negatives"),
+        ".entropy": ("ContrastiveEntropyEvaluator", "contrastive_entropy", "sample_negatives"),
         ".dual": ("DualSimilarityEvaluator", "MagnitudeCollapseDetected"),
         ".embeddings_store": ("EmbeddingStore", "encode_to_store"),
         ".search": ("ann_search", "build_faiss_index", "search_recall", "topk_search"),

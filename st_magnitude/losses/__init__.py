@@ -51,5 +51,4 @@ __getattr__, __dir__ = lazy_exports(
         ".partial_norm_infonce": ("CachedPartialNormInfoNCELoss", "PartialNormInfoNCELoss"),
         ".revela": ("RevelaLoss",),
     },
-    moved={"RevelaLMCheckpointCallback": "st_magnitude.callbacks.revela"},  # deprecated: use LossStateCallback
 )

@@ -44,7 +44,7 @@ from st_magnitude.similarity import get_similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NAP_HEAD_DIRNAME", "PAPER_TEMPERATURES", "L2DirLoss", "load_nap_head", "save_nap_head"]
+__all__ = ["PAPER_TEMPERATURES", "L2DirLoss", "load_nap_head", "save_nap_head"]
 
 
 #: The paper's two temperature settings (App. C). They are swapped between the frameworks.
@@ -270,10 +270,6 @@ class L2DirLoss(_StatsMixin, nn.Module):
 # ----------------------------------------------------------------------------------------------------------------
 # exporting the NAP head (training checkpoints: st_magnitude.callbacks.LossStateCallback)
 # ----------------------------------------------------------------------------------------------------------------
-#: Sub-folder of a checkpoint that holds the NAP head.
-NAP_HEAD_DIRNAME = "nap_head"
-
-
 def _head_of(loss_or_head: Any) -> NAPHead:
     head = loss_or_head if isinstance(loss_or_head, NAPHead) else getattr(loss_or_head, "nap_head", None)
     if not isinstance(head, NAPHead):

@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from st_magnitude._lazy import moved_exports
 from st_magnitude.losses._batch import check_columns, check_finite
 from st_magnitude.losses._common import set_roles
 from st_magnitude.similarity import Similarity, get_similarity
@@ -304,14 +303,3 @@ def _as_pair_scorer(teacher: Any, batch_size: int) -> Callable[[list[str], list[
         f"teacher must be a callable f(queries, passages) -> scores, a CrossEncoder (.predict) or a "
         f"SentenceTransformer (.encode_query/.similarity_pairwise); got {type(teacher).__name__}"
     )
-
-
-# the recipes and the Matryoshka wrapper had this module until 0.2; one module per loss since
-__getattr__, __dir__ = moved_exports(
-    __name__,
-    {
-        "BertRecipeLoss": "st_magnitude.losses.bert_recipe",
-        "EttinRecipeLoss": "st_magnitude.losses.ettin_recipe",
-        "MagnitudeMatryoshkaLoss": "st_magnitude.losses.magnitude_matryoshka",
-    },
-)

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from st_magnitude._lazy import moved_exports
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
 from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.modules.revela_attention import (
@@ -438,19 +437,3 @@ def _check_lm_checkpointing(lm: nn.Module) -> None:
                 "retriever would get no gradient). Call lm.activation_checkpointing_enable() (or the older "
                 "gradient_checkpointing_enable()) without kwargs, or with {'use_reentrant': False}"
             )
-
-
-# the Revela callbacks had this module until 0.2; all callbacks are in st_magnitude.callbacks since
-__getattr__, __dir__ = moved_exports(
-    __name__,
-    {
-        name: "st_magnitude.callbacks.revela"
-        for name in (
-            "DIAGNOSTIC_KEYS",
-            "RevelaDiagnosticsCallback",
-            "RevelaLMCheckpointCallback",
-            "RevelaLMGradClipCallback",
-            "revela_callbacks",
-        )
-    },
-)

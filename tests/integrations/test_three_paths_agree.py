@@ -99,7 +99,7 @@ def test_unknown_task_and_missing_folder(tiny_model, tmp_path):
         evaluate_mteb(tiny_model, [str(tmp_path / "missing" / "scifact")])
 
 
-def test_mteb_cli_shim_writes_mteb_results(tiny_model, toy, tmp_path, monkeypatch):
+def test_mteb_cli_writes_mteb_results(tiny_model, toy, tmp_path, monkeypatch):
     from st_magnitude.cli import main
 
     path = tmp_path / "model"

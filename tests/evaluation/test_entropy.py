@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.evaluation.contrastive_entropy import (
+from st_magnitude.evaluation.entropy import (
     ContrastiveEntropyEvaluator,
     contrastive_entropy,
     sample_negatives,
@@ -204,7 +204,7 @@ def test_model_similarity_adapter_claims_no_gammas(tiny_model):
     """``similarity=None`` scores with ``model.similarity``: the adapter has both forms and no (fake) γ."""
     import torch
 
-    from st_magnitude.evaluation.contrastive_entropy import _ModelSimilarity
+    from st_magnitude.evaluation.entropy import _ModelSimilarity
     from st_magnitude.similarity import PowerNormSimilarity, Similarity
 
     sim = _ModelSimilarity(tiny_model)
