@@ -1,7 +1,7 @@
 """The command registry (``st_magnitude.cli.COMMANDS``), one module per command, shared options declared once.
 
-Issue 13 item 2: the CLI was spread over five modules with ``--data/--split/--max-*/--seed/--threads`` declared three
-times. Now ``st_magnitude/cli/<command>.py`` holds each command and ``st_magnitude/cli/_args.py`` the shared options.
+Each command lives in ``st_magnitude/cli/<command>.py`` and every shared option (``--data/--split/--max-*/--seed/
+--threads``) is declared once, in ``st_magnitude/cli/_args.py``: these tests keep it so.
 """
 
 from __future__ import annotations

@@ -202,7 +202,7 @@ def test_fixed_role_normalize_round_trips(tiny_model, tmp_path):
     torch.testing.assert_close(reloaded.encode_document(DOCS, convert_to_tensor=True), d)
 
 
-# --- issue 12 item 6: truncation happens before the normalisation ---
+# --- truncation happens before the normalisation ---
 @pytest.mark.parametrize("name", ["dnorm", "qnorm", "cosine", "learnable"])
 def test_truncate_model_serves_the_similarity_of_truncated_raw_vectors(tiny_bert_dir, name):
     from conftest import build_tiny_st
@@ -263,7 +263,7 @@ def test_truncate_dim_after_normalize_is_refused_with_what_to_do(tiny_bert_dir, 
         truncate_model(loaded, 9)
 
 
-# --- issue 12 item 8: every saved model's card says how to encode queries/documents and what it needs ---
+# --- every saved model's card says how to encode queries/documents and what it needs ---
 def _readme(model: SentenceTransformer, path) -> str:
     model.save(str(path))
     return (path / "README.md").read_text(encoding="utf-8")
@@ -366,7 +366,7 @@ def test_card_of_a_model_fine_tuned_after_conversion(tiny_model, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # three MiniLM passes over 1,300 texts: ~15 min on the shared 2-core CPU
 def test_truncate_model_on_minilm_scifact(minilm_dir, beir_dir):
-    """Real data for issue 12 item 6: dnorm MiniLM, 300 SciFact test queries, 1,000 docs (every judged doc + seeded
+    """Truncation before the normalisation on real data: dnorm MiniLM, 300 SciFact test queries, 1,000 docs (every judged doc + seeded
     distractors). Prints nDCG@10 of ST's truncate_dim, of dnorm on the truncated raw vectors and of truncate_model;
     ``pytest -m slow tests/test_convert.py -k minilm_scifact -s`` gives the table in docs/similarity.md."""
     import csv

@@ -1,4 +1,4 @@
-"""No code outside sentence-transformers and st-magnitude runs without the user's word (issue 16 item 1).
+"""No code outside sentence-transformers and st-magnitude runs without the user's word.
 
 A model folder that names a foreign class in ``modules.json`` (or in a Router's ``router_config.json``), or custom
 modeling code in a ``config.json`` ``auto_map``, ships a module that creates a marker file when imported. Every

@@ -319,7 +319,7 @@ class RevelaLoss(nn.Module):
     def relevance_diagnostics(
         self, sim: Tensor, input_ids: Tensor, attention_mask: Tensor, shuffles: int = 1
     ) -> dict[str, float]:
-        """LM cross-entropies that show whether relevance matters yet (issue 14, claim 004), without gradient.
+        """LM cross-entropies that show whether relevance matters yet (paper 004's claim), without gradient.
 
         On one batch, with the LM in eval mode (no dropout, so the three numbers differ only by their Sim):
 

@@ -82,7 +82,7 @@ def _no_signal_corpus(seed=0, n_docs=5000, n_queries=100, dim=16):
 
 
 def test_label_free_d_is_zero_when_norms_carry_no_relevance_signal():
-    # Issue 12 item 4: with top-k by dot (or qnorm, the same ranking per query) as pseudo-labels the label-free d
+    # With top-k by dot (or qnorm, the same ranking per query) as pseudo-labels the label-free d
     # was +2.41 although norms carried no signal. Ranking by cosine cannot select documents for their norm.
     q, docs, norms, relevant = _no_signal_corpus()
     doc_norms = {str(i): float(v) for i, v in enumerate(norms)}

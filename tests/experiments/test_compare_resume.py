@@ -1,4 +1,4 @@
-"""Interrupting and re-running `st-magnitude compare` (issue 16 item 4) on a tiny model and toy BEIR folders.
+"""Interrupting and re-running `st-magnitude compare` on a tiny model and toy BEIR folders.
 
 Interruptions are made deterministic by raising KeyboardInterrupt (or sending SIGINT) from inside the loss's
 forward at a chosen step, i.e. in the middle of a training step, after the checkpoints before it were written.
@@ -321,7 +321,7 @@ sys.exit(main({argv!r}))
 
 
 def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch):
-    """Issue 12 item 10: --full is paper 000's recipe (App. B, Table 8) where one machine allows."""
+    """--full is paper 000's recipe (App. B, Table 8) where one machine allows."""
     from st_magnitude.cli import build_parser
     from st_magnitude.cli import compare as compare_cli
 

@@ -1,4 +1,4 @@
-"""One `st-magnitude compare` per output folder (issue 16 item 2): a live holder is named, a dead one is replaced."""
+"""One `st-magnitude compare` per output folder: a live holder is named, a dead one is replaced."""
 
 from __future__ import annotations
 

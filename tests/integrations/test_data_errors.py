@@ -1,4 +1,4 @@
-"""Data-loading errors name the file, the line and what was expected (issue 16 items 3 and 5)."""
+"""Data-loading errors name the file, the line and what was expected."""
 
 from __future__ import annotations
 

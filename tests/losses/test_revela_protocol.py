@@ -1,4 +1,4 @@
-"""What the paper-faithful Revela protocol needs (issue 14, claim 004): LM gradient checkpointing, LM clipping in the
+"""What the paper-faithful Revela protocol needs (paper 004's claim): LM gradient checkpointing, LM clipping in the
 Trainer, a raw-decoder retriever, LoRA on both models, the random-grouping control and the relevance diagnostics.
 
 Tiny random Llama models built in code, CPU, fp32.
