@@ -367,8 +367,9 @@ def test_card_of_a_model_fine_tuned_after_conversion(tiny_model, tmp_path):
 @pytest.mark.timeout(3600)  # three MiniLM passes over 1,300 texts: ~15 min on the shared 2-core CPU
 def test_truncate_model_on_minilm_scifact(minilm_dir, beir_dir):
     """Truncation before the normalisation on real data: dnorm MiniLM, 300 SciFact test queries, 1,000 docs (every
-    judged doc + seeded distractors). Prints nDCG@10 of ST's truncate_dim, of dnorm on the truncated raw vectors and of truncate_model;
-    ``pytest -m slow tests/test_convert.py -k minilm_scifact -s`` gives the table in docs/similarity.md."""
+    judged doc + seeded distractors). Prints nDCG@10 of ST's truncate_dim, of dnorm on the truncated raw vectors
+    and of truncate_model; ``pytest -m slow tests/test_convert.py -k minilm_scifact -s`` gives the table in
+    docs/similarity.md."""
     import csv
     import random
 
