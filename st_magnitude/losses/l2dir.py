@@ -227,8 +227,8 @@ class L2DirLoss(_StatsMixin, nn.Module):
         name = type(self).__name__
         check_columns([e.size(0) for e in embeddings], name)
         check_columns([x.size(0) for x in nap_inputs], name)
-        check_finite(list(embeddings), name)
-        check_finite(list(nap_inputs), name, "NAP inputs (un-normalized states)")
+        check_finite(list(embeddings), name, owner=self)
+        check_finite(list(nap_inputs), name, "NAP inputs (un-normalized states)", owner=self)
         po = _project(self.nap_head, nap_inputs, modalities)
         n_docs = len(embeddings) - 1
         gathered, offset, _ = gather_columns([*embeddings[1:], *po[1:]], self.gather_across_devices, name)

@@ -179,7 +179,7 @@ class MarginContrastiveLoss(nn.Module):
         if len(embeddings) < 2:
             raise ValueError(f"expected at least query and positive embeddings, got {len(embeddings)}")
         check_columns([e.shape[0] for e in embeddings], type(self).__name__)
-        check_finite(list(embeddings), type(self).__name__)
+        check_finite(list(embeddings), type(self).__name__, owner=self)
         q, pos, negs = embeddings[0], embeddings[1], list(embeddings[2:])
         out: dict[str, Tensor] = {}
         if self.margin_mse_weight > 0:
