@@ -129,7 +129,7 @@ class MWLoss(FamilyLoss):
     def __init__(
         self,
         model: nn.Module,
-        similarity: str | Similarity | None = "cosine",
+        similarity: str | Similarity | None = None,
         temperature: float = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         chunk_size: int | None = None,
@@ -150,7 +150,8 @@ class MWLoss(FamilyLoss):
         Args:
             model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
             similarity: ``"cosine"`` (the paper), ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"``, a
-                ``Similarity``, or ``None`` for what the model carries.
+                ``Similarity``, or ``None`` (the default of every contrastive loss here): what the model serves — the
+                similarity a converted model carries, else a plain model's ``similarity_fn_name`` (cosine or dot).
             temperature: τ (paper 001 §5.1: 0.01, i.e. a scale of 100 on cosine scores). Scores are divided by τ.
             reduction: ``"paper"``: Σ over pairs / B, as eq. 3 is written (large: ≈ |S⁻|·log 2 at start);
                 ``"mean"``: mean over the B·|S⁻| pairs (the expectation of Lemma 2).
@@ -270,7 +271,7 @@ class CachedMWLoss(CachedLoss):
     def __init__(
         self,
         model: nn.Module,
-        similarity: str | Similarity | None = "cosine",
+        similarity: str | Similarity | None = None,
         temperature: float = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         mini_batch_size: int = 32,
