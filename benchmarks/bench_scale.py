@@ -95,7 +95,8 @@ def plain_torch(q: torch.Tensor, corpus, k: int, chunk: int) -> tuple[torch.Tens
 
 
 def child(args) -> None:
-    from st_magnitude.evaluation import EmbeddingStore, exact_search
+    from st_magnitude.evaluation import exact_search
+    from st_magnitude.evaluation.embeddings_store import EmbeddingStore
 
     torch.set_num_threads(args.threads)
     n = args.child_size

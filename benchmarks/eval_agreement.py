@@ -86,7 +86,8 @@ def main(argv=None) -> int:
     rows = []
     raw_q = raw_d = None
     if args.derive_from_raw:
-        from st_magnitude.evaluation import doc_texts, encode_roles
+        from st_magnitude.evaluation import encode_roles
+        from st_magnitude.evaluation.ir import doc_texts
         from st_magnitude.similarity import get_similarity
 
         raw = apply_similarity(SentenceTransformer(path, device="cpu"), "dot", warn_on_strip=False)

@@ -11,15 +11,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Router
 
-from st_magnitude import (
-    MagnitudeCollapseWarning,
-    RoleNormalize,
-    apply_similarity,
-    carried_similarity,
-    is_asymmetric,
-    model_gammas,
-    strip_normalize,
-)
+from st_magnitude import MagnitudeCollapseWarning, apply_similarity, is_asymmetric, strip_normalize
+from st_magnitude.model_info import carried_similarity, model_gammas
+from st_magnitude.modules import RoleNormalize
 from st_magnitude.similarity import CORNER_GAMMAS, PowerNormSimilarity, get_similarity
 
 QUERIES = ["protein in cancer cell", "coffee and sleep", "diet and heart risk"]
@@ -228,7 +222,8 @@ def test_truncate_model_serves_the_similarity_of_truncated_raw_vectors(tiny_bert
 def test_truncate_dim_after_normalize_is_refused_with_what_to_do(tiny_bert_dir, tmp_path):
     from conftest import build_tiny_st
 
-    from st_magnitude import check_truncation, truncate_model
+    from st_magnitude import truncate_model
+    from st_magnitude.truncation import check_truncation
 
     raw = build_tiny_st(tiny_bert_dir, normalize=False)
     model = build_tiny_st(tiny_bert_dir, normalize=True)

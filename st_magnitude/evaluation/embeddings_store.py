@@ -160,7 +160,7 @@ def encode_to_store(
 
     Args:
         model: a SentenceTransformer (converted models keep their roles: use the role you will search with).
-        texts: the corpus texts, in id order (see :func:`~st_magnitude.evaluation.doc_texts`).
+        texts: the corpus texts, in id order (see :func:`~st_magnitude.evaluation.ir.doc_texts`).
         path: the ``.npy`` file to write.
         role: ``"document"``, ``"query"`` or ``None``.
         dtype: ``"float32"`` or ``"float16"`` (half the disk; search converts blocks to float32).

@@ -110,7 +110,7 @@ class RevelaLoss(nn.Module):
               loss); ``learning_rate_mapping={r"lm\\.": 1e-5}`` gives the LM its own learning rate.
             - Keep B ≥ 8 and the groups topical; watch ``temperature``: with τ = 1e-4 the retriever's gradient
               concentrates on near-ties, and is exactly zero for a batch whose Sim rows are all one-hot (warned with
-              :class:`~st_magnitude.ZeroRetrieverGradientWarning`; counted in ``loss.one_hot_steps``).
+              :class:`~st_magnitude.losses.revela.ZeroRetrieverGradientWarning`; counted in ``loss.one_hot_steps``).
               With all-MiniLM-L6-v2 on SciFact groups that is most batches: use τ ≈ 0.01–0.05 for such encoders.
 
         Relations:

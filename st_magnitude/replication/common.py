@@ -149,7 +149,8 @@ class EvalSet:
 
 def load_eval_set(folder: Path, *, split: str = "test", max_queries=None, max_corpus=None, seed: int = 0) -> EvalSet:
     """A BEIR test set, subsampled NanoBEIR-style with a *fixed* seed so every arm and seed sees the same items."""
-    from st_magnitude.integrations import doc_text, load_beir, subsample
+    from st_magnitude.integrations import load_beir, subsample
+    from st_magnitude.integrations.data import doc_text
 
     data = load_beir(folder, split, on_missing="drop")
     if max_queries or max_corpus:
@@ -169,7 +170,8 @@ def load_eval_set(folder: Path, *, split: str = "test", max_queries=None, max_co
 
 def retrieval_pairs(folder: Path, n: int, seed: int, split: str = "train") -> dict[str, list[str]]:
     """``n`` seeded (query, relevant document) pairs from a BEIR split (each query at most once per 3 pairs)."""
-    from st_magnitude.integrations import doc_text, load_beir
+    from st_magnitude.integrations import load_beir
+    from st_magnitude.integrations.data import doc_text
 
     data = load_beir(folder, split, on_missing="drop")
     pairs = [
@@ -310,7 +312,8 @@ def evaluate_retrieval(
     Returns ``{"metrics": {...}, "per_query": {metric: [score per query id]}, "auc_pools": {...}}``.
     """
     from st_magnitude import get_similarity
-    from st_magnitude.evaluation import encode_roles, exact_search, pooled_auc_pools, pooled_auc_score
+    from st_magnitude.evaluation import encode_roles, exact_search
+    from st_magnitude.evaluation.auc import pooled_auc_pools, pooled_auc_score
 
     q, d = embeddings if embeddings is not None else encode_roles(model, es.queries, es.docs, batch_size=batch_size)
     score_fn = get_similarity(similarity) if similarity else None
@@ -365,7 +368,7 @@ def pooled_auc_statistic(pools: dict[str, list], n_queries: int | None = None) -
 def auc_stat(pools: QueryPools, idx: np.ndarray) -> float:
     """``statistic(values, idx)`` for :func:`~st_magnitude.evaluation.stats.compare_arms`: the pooled AUC of the
     resampled queries (each drawn query contributes all its positives and negatives, with multiplicity)."""
-    from st_magnitude.evaluation import pooled_auc_score
+    from st_magnitude.evaluation.auc import pooled_auc_score
 
     pos = np.concatenate([pools.positives[i] for i in idx])
     neg = np.concatenate([pools.negatives[i] for i in idx])

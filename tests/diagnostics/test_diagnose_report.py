@@ -88,7 +88,7 @@ def test_all_documents_relevant_leaves_cohens_d_undefined(tiny_model, tmp_path):
 def test_label_free_d_in_the_report_ranks_by_cosine(tiny_model_raw, toy, tmp_path):
     # the report's label-free d is the cosine-ranked one on the raw embeddings, and its line does
     # not carry the "> 0 favours qnorm" reading of the labelled d
-    from st_magnitude.diagnostics import label_free_doc_norm_cohens_d
+    from st_magnitude.diagnostics.norms import label_free_doc_norm_cohens_d
     from st_magnitude.evaluation.ir import encode_roles
     from st_magnitude.integrations.data import doc_text
     from st_magnitude.integrations.models import raw_model

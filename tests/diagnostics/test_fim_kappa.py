@@ -10,15 +10,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.diagnostics import (
+from st_magnitude.diagnostics import component_fim_table, recommend_normalization
+from st_magnitude.diagnostics.fim import (
     KAPPA_MIN_PAIRS_PER_DIM,
     component_fim,
-    component_fim_table,
     condition_number,
     fisher_matrix,
     kappa_min_pairs,
     pair_gradients,
-    recommend_normalization,
 )
 from st_magnitude.similarity import get_similarity
 

@@ -9,14 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.diagnostics import (
+from st_magnitude.diagnostics import doc_norm_cohens_d, norm_stats
+from st_magnitude.diagnostics.norms import (
     coefficient_of_variation,
     cohens_d,
     delta_cv,
-    doc_norm_cohens_d,
     effect_size_band,
     label_free_doc_norm_cohens_d,
-    norm_stats,
     pseudo_relevant_from_results,
 )
 

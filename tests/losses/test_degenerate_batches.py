@@ -16,12 +16,12 @@ from st_magnitude.losses import (
     CachedL2DirLoss,
     CachedMWLoss,
     CachedPartialNormInfoNCELoss,
-    InfoTNCollapseWarning,
     InfoTNLoss,
     L2DirLoss,
     MWLoss,
     PartialNormInfoNCELoss,
 )
+from st_magnitude.losses.info_tn import InfoTNCollapseWarning
 
 SENTS = ["the protein in cancer cell", "vitamin diet and heart risk", "coffee tea sleep", "exercise weight trial"]
 

@@ -11,7 +11,8 @@ from conftest import TINY_TRANSFORMER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.callbacks import LOSS_STATE_FILENAME, LossStateCallback
+from st_magnitude.callbacks import LossStateCallback
+from st_magnitude.callbacks.loss_state import LOSS_STATE_FILENAME
 from st_magnitude.losses.revela import RevelaLoss
 from st_magnitude.losses.revela_lm import load_lm_weights, save_lm_weights
 from st_magnitude.modules.revela_attention import (
@@ -595,7 +596,7 @@ def test_other_supported_architectures(arch):
 def test_one_hot_sim_warns_that_the_retriever_gets_no_gradient(tiny_model):
     """At τ = 1e-4, spread-out cosines make every Sim row exactly one-hot: zero retriever gradient, and a warning."""
 
-    from st_magnitude import ZeroRetrieverGradientWarning
+    from st_magnitude._warnings import ZeroRetrieverGradientWarning
 
     ids, mask = lm_batch()
     g = torch.Generator().manual_seed(0)

@@ -3,7 +3,7 @@
 Two arms fine-tune the same base on the same pairs and seeds: InfoNCE
 (:class:`~st_magnitude.losses.PartialNormInfoNCELoss`, cosine, τ = 0.01 i.e. scale 100) and MW
 (:class:`~st_magnitude.losses.MWLoss`, cosine, τ = 0.01). Both are evaluated by cosine: pooled ROC-AUC over the
-positives and each query's top non-positives (paper 001 §5.1, :func:`st_magnitude.evaluation.pooled_auc_pools`) and
+positives and each query's top non-positives (paper 001 §5.1, :func:`st_magnitude.evaluation.auc.pooled_auc_pools`) and
 nDCG@10.
 """
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import warnings
 
 from st_magnitude.evaluation import stats
-from st_magnitude.losses import InfoTNCollapseWarning, L2DirLoss
+from st_magnitude.losses import L2DirLoss
+from st_magnitude.losses.info_tn import InfoTNCollapseWarning
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import evaluate_all, fine_tune_and_eval
 from st_magnitude.replication.claims._shared import (

@@ -5,7 +5,7 @@ fine-tuned on the same NFCorpus pairs with InfoNCE on cosine (:class:`~st_magnit
 scale 50 — the paper's Ettin-style cosine recipe); contrastive entropy (paper 003 §3.6.1: each (query, positive)
 against 256 seeded uniform corpus negatives, :func:`st_magnitude.evaluation.contrastive_entropy`) is measured on
 SciFact. The law is fitted with :func:`st_magnitude.scaling.fit_dimension_law` to the seed-mean losses, and checked
-out of sample with :func:`st_magnitude.scaling.extrapolation_check` (largest D held out).
+out of sample with :func:`st_magnitude.scaling.fit.extrapolation_check` (largest D held out).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from st_magnitude import apply_similarity
-from st_magnitude.evaluation import contrastive_entropy, encode_roles, sample_negatives, stats
+from st_magnitude.evaluation import contrastive_entropy, encode_roles, stats
+from st_magnitude.evaluation.entropy import sample_negatives
 from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.modules import DimensionProjection
 from st_magnitude.replication.claim import Claim
@@ -63,7 +64,8 @@ def run_seed(ctx: Context) -> dict:
 
 
 def decide(seeds: list[dict], settings: dict) -> dict:
-    from st_magnitude.scaling import extrapolation_check, fit_dimension_law
+    from st_magnitude.scaling import fit_dimension_law
+    from st_magnitude.scaling.fit import extrapolation_check
 
     dims = [int(d) for d in settings["dims"]]
     per_dim = {d: [s["arms"][f"D={d}"][DATASET]["metrics"]["contrastive_entropy"] for s in seeds] for d in dims}
