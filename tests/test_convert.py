@@ -101,7 +101,7 @@ def test_two_tower_router_gets_normalize_on_the_right_route(tiny_bert_dir):
 
 @pytest.mark.parametrize("name", ["cosine", "dot", "qnorm", "dnorm"])
 def test_saved_corner_model_loads_in_stock_st_without_the_plugin(stock_st, name):
-    # Given a corner model converted, encoded and saved (stock_st.build_jobs)
+    # Given a corner model converted, encoded and saved (helpers/stock_st.build_jobs)
     job = stock_st[name]
     modules = json.loads((job.path / "modules.json").read_text())
     assert all(m["type"].startswith("sentence_transformers.") for m in modules)
@@ -117,7 +117,7 @@ def test_saved_corner_model_loads_in_stock_st_without_the_plugin(stock_st, name)
 
 
 def test_learnable_model_round_trips_with_trust_remote_code_and_keeps_gamma(stock_st):
-    # Given a learnable model with γ̂ = (1.3, -0.7), encoded and saved (stock_st.build_jobs)
+    # Given a learnable model with γ̂ = (1.3, -0.7), encoded and saved (helpers/stock_st.build_jobs)
     job = stock_st["learnable"]
     # Without trust_remote_code stock ST refuses, and says which flag is needed
     with pytest.raises(ValueError, match="trust_remote_code=True"):

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
 from st_magnitude.diagnostics import cross_evaluation, diagnose
 from st_magnitude.integrations.data import load_beir
 
-
-@pytest.fixture
-def toy(tmp_path):
-    folder = write_toy_beir(tmp_path / "toy", n_docs=24, n_queries=6)
-    write_toy_beir(folder, n_docs=24, n_queries=6, split="train", seed=1)
-    return folder
+pytestmark = pytest.mark.toy_beir(n_docs=24, n_queries=6, train_seed=1)
 
 
 def test_cross_evaluation_rank_equivalence(tiny_model_raw, tiny_bert_dir, toy):

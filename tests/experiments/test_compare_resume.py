@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.toy_beir import write_toy_beir
 from safetensors.torch import load_file
-from toy_beir import write_toy_beir
 
 from st_magnitude.cli.compare import INTERRUPTED
 from st_magnitude.experiments import compare as C
@@ -24,6 +24,8 @@ from st_magnitude.experiments import training as T
 from st_magnitude.experiments.config import CompareConfig
 
 REPO = Path(__file__).resolve().parents[2]
+#: Each test trains (and re-trains after an interruption) compare runs: minutes of CPU, outside the default run.
+pytestmark = pytest.mark.heavy
 STEPS, SAVE = 8, 2
 
 

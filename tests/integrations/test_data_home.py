@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 import st_magnitude
 from st_magnitude.integrations import data_home

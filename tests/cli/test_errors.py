@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude.cli import build_parser, main
 from st_magnitude.cli._args import similarity_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 import st_magnitude.cli as cli
 from st_magnitude.cli._args import OPTIONS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CLI_DIR = REPO / "st_magnitude" / "cli"
 
 #: A flag of OPTIONS that a command declares itself because it means something else there.
