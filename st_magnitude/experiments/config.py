@@ -139,7 +139,7 @@ class CompareConfig:
 
 
 def _check_writable(output_dir: Path) -> None:
-    from st_magnitude._cli_args import check_output_dir
+    from st_magnitude.cli._args import check_output_dir
 
     check_output_dir(output_dir, "output folder")
 
