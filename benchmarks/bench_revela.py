@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import warnings
 
-    from st_magnitude import ZeroRetrieverGradientWarning
+    from st_magnitude._warnings import ZeroRetrieverGradientWarning
     from st_magnitude.losses.revela import RevelaLoss
     from st_magnitude.modules.revela_attention import active_pairs
 

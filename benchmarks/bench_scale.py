@@ -1,6 +1,6 @@
 """Exact search at 10k–1M (and 10M on disk) documents: ours / plain torch, time and peak RSS (goal ≤ 1.0, ≤ 1.2).
 
-Random 384-d float32 embeddings (seeded), 300 queries, top-100, as in issue 15:
+Random 384-d float32 embeddings (seeded), 300 queries, top-100:
 
 * ours: :func:`st_magnitude.evaluation.exact_search` (ids in, ``{qid: {doc_id: score}}`` out, the query's own id
   skipped as by default, i.e. top-101 searched);
@@ -95,7 +95,8 @@ def plain_torch(q: torch.Tensor, corpus, k: int, chunk: int) -> tuple[torch.Tens
 
 
 def child(args) -> None:
-    from st_magnitude.evaluation import EmbeddingStore, exact_search
+    from st_magnitude.evaluation import exact_search
+    from st_magnitude.evaluation.embeddings_store import EmbeddingStore
 
     torch.set_num_threads(args.threads)
     n = args.child_size

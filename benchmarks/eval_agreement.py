@@ -1,6 +1,6 @@
 """nDCG@10 on a BEIR folder from three paths — ours, BEIR's DenseRetrievalExactSearch, mteb — side by side.
 
-Checks issue 4's requirement that the three agree to 1e-4, for all-MiniLM-L6-v2 (cosine, as published) and for the
+Checks that the three agree to 1e-4, for all-MiniLM-L6-v2 (cosine, as published) and for the
 same model converted to qnorm (scored with its roles). An in-process text→embedding cache (keyed by role, prompt
 and text) makes the three paths share one encoding per model; each path still calls the model's own
 ``encode_query`` / ``encode_document`` and ``similarity``.
@@ -86,7 +86,8 @@ def main(argv=None) -> int:
     rows = []
     raw_q = raw_d = None
     if args.derive_from_raw:
-        from st_magnitude.evaluation import doc_texts, encode_roles
+        from st_magnitude.evaluation import encode_roles
+        from st_magnitude.evaluation.ir import doc_texts
         from st_magnitude.similarity import get_similarity
 
         raw = apply_similarity(SentenceTransformer(path, device="cpu"), "dot", warn_on_strip=False)

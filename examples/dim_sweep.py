@@ -311,7 +311,7 @@ def main(argv=None) -> int:
     corpus, queries, train_qrels = load_beir(data / "nfcorpus", "train")
     bm25 = BM25Scorer(corpus)
     sampler = Sampler(corpus, queries, train_qrels, bm25, k=args.negatives, pool=args.neg_pool, seed=args.seed)
-    from st_magnitude.evaluation.contrastive_entropy import ContrastiveEntropyEvaluator
+    from st_magnitude.evaluation.entropy import ContrastiveEntropyEvaluator
 
     evalsets, evaluators = {}, {}
     for name in ("nfcorpus", "scifact"):

@@ -36,6 +36,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
+from st_magnitude._files import write_json_atomic
 from st_magnitude._surgery import replace_modules
 from st_magnitude._warnings import MagnitudeCollapseWarning
 from st_magnitude.model_card import update_model_card
@@ -338,13 +339,6 @@ def _is_normalize_type(type_str: str) -> bool:
     return type_str.rsplit(".", 1)[-1] == "Normalize" and type_str.startswith("sentence_transformers.")
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    """Write JSON to a temp file and rename it over ``path`` (never edits a file in place: safe with hard links)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
-
-
 def _link_or_copy(src: str, dst: str) -> str:
     try:
         os.link(src, dst)
@@ -402,7 +396,7 @@ def _strip_staged(root: Path, similarity_fn_name: str) -> tuple[int, int]:
             r, n = _strip_router_folder(root / entry.get("path", ""), at_end=i == len(kept) - 1)
             removed += r
             inner += n
-    _write_json(root / "modules.json", kept)
+    write_json_atomic(root / "modules.json", kept)
     for entry in dropped:
         folder = root / entry.get("path", "")
         if entry.get("path") and folder.is_dir():
@@ -410,7 +404,7 @@ def _strip_staged(root: Path, similarity_fn_name: str) -> tuple[int, int]:
     cfg_file = root / "config_sentence_transformers.json"
     cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
     cfg["similarity_fn_name"] = similarity_fn_name
-    _write_json(cfg_file, cfg)
+    write_json_atomic(cfg_file, cfg)
     return removed, inner
 
 
@@ -439,7 +433,7 @@ def _strip_router_folder(folder: Path, at_end: bool = True) -> tuple[int, int]:
         if (folder / key).is_dir():
             shutil.rmtree(folder / key)
     if removed:
-        _write_json(cfg_file, cfg)
+        write_json_atomic(cfg_file, cfg)
     return removed, inner
 
 

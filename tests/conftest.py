@@ -3,7 +3,7 @@
 Nothing here touches the network: ``HF_HUB_OFFLINE=1`` is set before any model is built so a stray hub id fails
 at once. Real-model / real-data tests are marked ``slow`` and skip with a reason when the model wheel or the
 data folder is missing; the data folder is passed in with ``$ST_MAGNITUDE_DATA`` (``.ci/run`` sets it; default here
-``../shared/data`` next to the checkout), and tests hand it to the package explicitly.
+the ``shared/data`` folder next to the checkout), and tests hand it to the package explicitly.
 """
 
 from __future__ import annotations
@@ -183,6 +183,21 @@ def tiny_model_raw(tiny_bert_dir):
 
 
 @pytest.fixture
+def toy(request, tmp_path) -> Path:
+    """A toy BEIR folder (``helpers/toy_beir.py``), sized by the module's ``toy_beir`` marker, e.g.
+    ``pytestmark = pytest.mark.toy_beir(n_docs=30, n_queries=8)``; ``train_seed=`` adds a train split."""
+    from helpers.toy_beir import write_toy_beir
+
+    marker = request.node.get_closest_marker("toy_beir")
+    sizes = dict(marker.kwargs) if marker else {}
+    train_seed = sizes.pop("train_seed", None)
+    folder = write_toy_beir(tmp_path / "toy", **sizes)
+    if train_seed is not None:
+        write_toy_beir(folder, **sizes, split="train", seed=train_seed)
+    return folder
+
+
+@pytest.fixture
 def sentences() -> list[str]:
     return TRAIN_SENTENCES[:6]
 
@@ -222,8 +237,8 @@ def _st_left_unpatched():
 
 @pytest.fixture(scope="session")
 def stock_st(tiny_bert_dir, tmp_path_factory):
-    """Every saved model the "loads in stock ST" tests check, loaded in ONE fresh interpreter (see stock_st.py)."""
-    from stock_st import build_jobs, run_in_stock_st
+    """Every saved model the "loads in stock ST" tests check, loaded in ONE fresh interpreter (helpers/stock_st.py)."""
+    from helpers.stock_st import build_jobs, run_in_stock_st
 
     root = tmp_path_factory.mktemp("stock_st")
     return run_in_stock_st(build_jobs(tiny_bert_dir, root), root)

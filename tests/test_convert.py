@@ -11,15 +11,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Router
 
-from st_magnitude import (
-    MagnitudeCollapseWarning,
-    RoleNormalize,
-    apply_similarity,
-    carried_similarity,
-    is_asymmetric,
-    model_gammas,
-    strip_normalize,
-)
+from st_magnitude import MagnitudeCollapseWarning, apply_similarity, is_asymmetric, strip_normalize
+from st_magnitude.model_info import carried_similarity, model_gammas
+from st_magnitude.modules import RoleNormalize
 from st_magnitude.similarity import CORNER_GAMMAS, PowerNormSimilarity, get_similarity
 
 QUERIES = ["protein in cancer cell", "coffee and sleep", "diet and heart risk"]
@@ -107,7 +101,7 @@ def test_two_tower_router_gets_normalize_on_the_right_route(tiny_bert_dir):
 
 @pytest.mark.parametrize("name", ["cosine", "dot", "qnorm", "dnorm"])
 def test_saved_corner_model_loads_in_stock_st_without_the_plugin(stock_st, name):
-    # Given a corner model converted, encoded and saved (stock_st.build_jobs)
+    # Given a corner model converted, encoded and saved (helpers/stock_st.build_jobs)
     job = stock_st[name]
     modules = json.loads((job.path / "modules.json").read_text())
     assert all(m["type"].startswith("sentence_transformers.") for m in modules)
@@ -123,7 +117,7 @@ def test_saved_corner_model_loads_in_stock_st_without_the_plugin(stock_st, name)
 
 
 def test_learnable_model_round_trips_with_trust_remote_code_and_keeps_gamma(stock_st):
-    # Given a learnable model with γ̂ = (1.3, -0.7), encoded and saved (stock_st.build_jobs)
+    # Given a learnable model with γ̂ = (1.3, -0.7), encoded and saved (helpers/stock_st.build_jobs)
     job = stock_st["learnable"]
     # Without trust_remote_code stock ST refuses, and says which flag is needed
     with pytest.raises(ValueError, match="trust_remote_code=True"):
@@ -202,7 +196,7 @@ def test_fixed_role_normalize_round_trips(tiny_model, tmp_path):
     torch.testing.assert_close(reloaded.encode_document(DOCS, convert_to_tensor=True), d)
 
 
-# --- issue 12 item 6: truncation happens before the normalisation ---
+# --- truncation happens before the normalisation ---
 @pytest.mark.parametrize("name", ["dnorm", "qnorm", "cosine", "learnable"])
 def test_truncate_model_serves_the_similarity_of_truncated_raw_vectors(tiny_bert_dir, name):
     from conftest import build_tiny_st
@@ -228,7 +222,8 @@ def test_truncate_model_serves_the_similarity_of_truncated_raw_vectors(tiny_bert
 def test_truncate_dim_after_normalize_is_refused_with_what_to_do(tiny_bert_dir, tmp_path):
     from conftest import build_tiny_st
 
-    from st_magnitude import check_truncation, truncate_model
+    from st_magnitude import truncate_model
+    from st_magnitude.truncation import check_truncation
 
     raw = build_tiny_st(tiny_bert_dir, normalize=False)
     model = build_tiny_st(tiny_bert_dir, normalize=True)
@@ -263,7 +258,7 @@ def test_truncate_dim_after_normalize_is_refused_with_what_to_do(tiny_bert_dir, 
         truncate_model(loaded, 9)
 
 
-# --- issue 12 item 8: every saved model's card says how to encode queries/documents and what it needs ---
+# --- every saved model's card says how to encode queries/documents and what it needs ---
 def _readme(model: SentenceTransformer, path) -> str:
     model.save(str(path))
     return (path / "README.md").read_text(encoding="utf-8")
@@ -366,9 +361,10 @@ def test_card_of_a_model_fine_tuned_after_conversion(tiny_model, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # three MiniLM passes over 1,300 texts: ~15 min on the shared 2-core CPU
 def test_truncate_model_on_minilm_scifact(minilm_dir, beir_dir):
-    """Real data for issue 12 item 6: dnorm MiniLM, 300 SciFact test queries, 1,000 docs (every judged doc + seeded
-    distractors). Prints nDCG@10 of ST's truncate_dim, of dnorm on the truncated raw vectors and of truncate_model;
-    ``pytest -m slow tests/test_convert.py -k minilm_scifact -s`` gives the table in docs/similarity.md."""
+    """Truncation before the normalisation on real data: dnorm MiniLM, 300 SciFact test queries, 1,000 docs (every
+    judged doc + seeded distractors). Prints nDCG@10 of ST's truncate_dim, of dnorm on the truncated raw vectors
+    and of truncate_model; ``pytest -m slow tests/test_convert.py -k minilm_scifact -s`` gives the table in
+    docs/similarity.md."""
     import csv
     import random
 

@@ -1,10 +1,9 @@
-"""Every ``st_magnitude`` import that README.md and docs/**.md show works, and warns about no moved path.
+"""Every ``st_magnitude`` import that README.md and docs/**.md show works, without a warning from st-magnitude.
 
 Extracted: ``from st_magnitude... import ...`` / ``import st_magnitude...`` statements inside fenced code blocks
 (parenthesised multi-line imports included), the same statements in inline code spans, and the ``::: module``
 directives of the API reference. Each runs in one fresh interpreter (``exec`` of the statement as written) and
-fails on an ImportError / AttributeError, or on a ``DeprecationWarning`` from st-magnitude: the docs must show the
-new path of a moved name (old paths are for existing user code, ``tests/test_moved_paths.py``). A failure names the
+fails on an ImportError / AttributeError, or on a ``DeprecationWarning`` from st-magnitude. A failure names the
 ``file:line`` of the statement.
 """
 

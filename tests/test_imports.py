@@ -6,8 +6,11 @@ import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+import st_magnitude
 
 HEAVY = ("torch", "sentence_transformers", "transformers", "scipy", "numpy", "mteb", "beir", "sklearn", "matplotlib")
 
@@ -64,14 +67,18 @@ def test_every_exported_name_resolves(package):
         module.not_a_name  # noqa: B018
 
 
-def test_export_wins_over_same_named_submodule():
-    """``contrastive_entropy`` is a submodule of evaluation and the exported function; importing the submodule
-    after the package must not replace the function (the eager ``__init__`` kept the function too)."""
-    code = (
-        "import importlib, st_magnitude.evaluation as ev\n"
-        "importlib.import_module('st_magnitude.evaluation.contrastive_entropy')\n"
-        "from st_magnitude.evaluation import contrastive_entropy\n"
-        "print(callable(contrastive_entropy) and not isinstance(contrastive_entropy, type(ev)))"
+def _module_of(init: Path, root: Path) -> str:
+    return ".".join(("st_magnitude", *init.parent.relative_to(root).parts))
+
+
+def test_no_export_shares_its_name_with_a_submodule():
+    """Importing submodule ``pkg.x`` binds ``pkg.x`` to the module: an exported name ``x`` must not be a submodule,
+    or ``from pkg import x`` would return the module or the export depending on what was imported first."""
+    root = Path(st_magnitude.__file__).parent
+    clashes = sorted(
+        f"{init.parent.relative_to(root.parent)}.{name}"
+        for init in root.rglob("__init__.py")
+        for name in importlib.import_module(_module_of(init, root)).__dict__.get("__all__", [])
+        if (init.parent / f"{name}.py").exists() or (init.parent / name / "__init__.py").exists()
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split()[-1] == "True"
+    assert clashes == []

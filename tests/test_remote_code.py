@@ -1,4 +1,4 @@
-"""No code outside sentence-transformers and st-magnitude runs without the user's word (issue 16 item 1).
+"""No code outside sentence-transformers and st-magnitude runs without the user's word.
 
 A model folder that names a foreign class in ``modules.json`` (or in a Router's ``router_config.json``), or custom
 modeling code in a ``config.json`` ``auto_map``, ships a module that creates a marker file when imported. Every
@@ -15,12 +15,13 @@ import warnings
 from pathlib import Path
 
 import pytest
-from toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
 from st_magnitude.integrations.evaluate import evaluate_folders
 from st_magnitude.integrations.models import RemoteCodeError, inspect_model_code, load_model
+
+pytestmark = pytest.mark.toy_beir(n_docs=12, n_queries=4, train_seed=0)
 
 
 def _evil_module(marker: Path) -> str:
@@ -34,13 +35,6 @@ def saved(tiny_bert_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("models") / "plain"
     build_tiny_st(tiny_bert_dir).save(str(path))
     return path
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    folder = write_toy_beir(tmp_path_factory.mktemp("data") / "toy", n_docs=12, n_queries=4)
-    write_toy_beir(folder, n_docs=12, n_queries=4, split="train")
-    return folder
 
 
 def _foreign_module(saved: Path, tmp_path: Path) -> tuple[Path, Path]:

@@ -250,7 +250,7 @@ def test_cosine_equals_sentence_transformers_cos_sim():
     torch.testing.assert_close(get_similarity("dot")(q, d), dot_score(q, d), rtol=0, atol=0)
 
 
-# --- issue 12 item 10: one eps for every form; the zero-vector gradient is finite and exactly eps^-γ · upstream ---
+# --- one eps for every form; the zero-vector gradient is finite and exactly eps^-γ · upstream ---
 @pytest.mark.parametrize("name", FIXED)
 def test_zero_vector_gradient_is_the_same_in_matrix_and_pairwise_form(name):
     d = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
@@ -270,7 +270,7 @@ def test_zero_vector_gradient_is_the_same_in_matrix_and_pairwise_form(name):
     assert torch.isfinite(grads["matrix"]).all()
 
 
-# --- issue 12 item 5: sim_TN stays fp32 under autocast and exact for near-aligned pairs ---
+# --- sim_TN stays fp32 under autocast and exact for near-aligned pairs ---
 def _tn_reference(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """sim_TN from the difference a − b in float64 (paper 002 eqs. 1, 4), the same eps placement."""
     a, b = a.double(), b.double()
@@ -451,7 +451,8 @@ def test_apply_similarity_refuses_tn_by_name_and_instance(tiny_model):
 
 
 def test_apply_similarity_names_a_power_norm_instance_by_its_corner(tiny_model):
-    from st_magnitude import apply_similarity, carried_similarity, model_gammas
+    from st_magnitude import apply_similarity
+    from st_magnitude.model_info import carried_similarity, model_gammas
 
     apply_similarity(tiny_model, PowerNormSimilarity(1.0, 0.0), warn_on_strip=False)
     assert model_gammas(tiny_model) == (1.0, 0.0) and carried_similarity(tiny_model).name == "qnorm"

@@ -1,4 +1,4 @@
-"""Model surgery removes only a trailing Normalize (issue 16 item 6).
+"""Model surgery removes only a trailing Normalize.
 
 A ``Normalize`` that feeds a later module (``[Transformer, Pooling, Normalize, Dense]``) is part of the encoder:
 ``apply_similarity``, ``strip_normalize`` and the "raw" model used by evaluate/diagnose keep it (with a warning), so

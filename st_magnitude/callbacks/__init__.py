@@ -14,37 +14,21 @@ from __future__ import annotations
 from st_magnitude._lazy import lazy_exports
 
 __all__ = [
-    "DIAGNOSTIC_KEYS",
-    "LOSS_STATE_FILENAME",
     "GammaLoggingCallback",
     "LossStateCallback",
     "LossStatsCallback",
     "RevelaDiagnosticsCallback",
-    "RevelaLMGradClipCallback",
     "ScaleLoggingCallback",
-    "current_gammas",
-    "current_scale",
     "load_loss_state",
-    "load_loss_state_dict",
-    "loss_state_dict",
     "revela_callbacks",
-    "save_loss_state",
 ]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".gamma": ("GammaLoggingCallback", "current_gammas"),
-        ".loss_state": (
-            "LOSS_STATE_FILENAME",
-            "LossStateCallback",
-            "LossStatsCallback",
-            "load_loss_state",
-            "load_loss_state_dict",
-            "loss_state_dict",
-            "save_loss_state",
-        ),
-        ".scale": ("ScaleLoggingCallback", "current_scale"),
-        ".revela": ("DIAGNOSTIC_KEYS", "RevelaDiagnosticsCallback", "RevelaLMGradClipCallback", "revela_callbacks"),
+        ".gamma": ("GammaLoggingCallback",),
+        ".loss_state": ("LossStateCallback", "LossStatsCallback", "load_loss_state"),
+        ".scale": ("ScaleLoggingCallback",),
+        ".revela": ("RevelaDiagnosticsCallback", "revela_callbacks"),
     },
 )

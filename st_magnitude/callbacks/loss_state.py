@@ -114,7 +114,7 @@ class LossStateCallback(TrainerCallback):
         if (checkpoint / LOSS_STATE_FILENAME).is_file():
             load_loss_state(self.loss, checkpoint)
             logger.info("restored the state of %s from %s", type(self.loss).__name__, checkpoint)
-        elif not self._restore_legacy(checkpoint):
+        else:
             message = (
                 f"resuming at step {state.global_step}, but {checkpoint / LOSS_STATE_FILENAME} does not exist: the "
                 f"trainable state of {type(self.loss).__name__} (not part of the model) would restart from its "
@@ -126,10 +126,6 @@ class LossStateCallback(TrainerCallback):
                 raise FileNotFoundError(message)
             logger.warning(message)
         return control
-
-    def _restore_legacy(self, checkpoint: Path) -> bool:
-        """Restore from a checkpoint written by a callback this one replaced; ``False`` when there is none."""
-        return False
 
 
 class LossStatsCallback(TrainerCallback):

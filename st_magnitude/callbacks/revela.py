@@ -6,8 +6,6 @@ relevance diagnostics. The LM's checkpoints are :class:`~st_magnitude.callbacks.
 from __future__ import annotations
 
 import logging
-import warnings
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -21,7 +19,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DIAGNOSTIC_KEYS",
     "RevelaDiagnosticsCallback",
-    "RevelaLMCheckpointCallback",
     "RevelaLMGradClipCallback",
     "revela_callbacks",
 ]
@@ -150,30 +147,3 @@ def revela_callbacks(
     if diagnostics_every:
         callbacks.append(RevelaDiagnosticsCallback(loss, every=diagnostics_every, seed=seed, shuffles=shuffles))
     return callbacks
-
-
-class RevelaLMCheckpointCallback(LossStateCallback):
-    """Deprecated: use :class:`~st_magnitude.callbacks.LossStateCallback` (the same behaviour for every loss).
-
-    Kept for one release; it also restores checkpoints written by its old version (``checkpoint-N/revela_lm/``).
-    """
-
-    def __init__(self, loss: nn.Module) -> None:
-        warnings.warn(
-            "RevelaLMCheckpointCallback is deprecated: use `from st_magnitude.callbacks import LossStateCallback` "
-            "(or revela_callbacks(loss)); it saves the LM as checkpoint-N/loss_state.safetensors",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        super().__init__(loss, on_missing="raise")
-
-    def _restore_legacy(self, checkpoint: Path) -> bool:
-        from st_magnitude.losses.revela_lm import LM_CHECKPOINT_DIR, load_lm_weights
-
-        folder = checkpoint / LM_CHECKPOINT_DIR
-        try:
-            load_lm_weights(self.loss.lm, folder)
-        except FileNotFoundError:
-            return False
-        logger.info("restored the Revela LM from %s (written by the old RevelaLMCheckpointCallback)", folder)
-        return True

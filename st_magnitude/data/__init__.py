@@ -13,33 +13,18 @@ from __future__ import annotations
 from st_magnitude._lazy import lazy_exports
 
 __all__ = [
-    "GROUPINGS",
     "BM25Scorer",
     "RevelaDataCollator",
     "RevelaGroupBatchSampler",
-    "bm25_scores",
     "build_revela_dataset",
-    "chunk_text",
     "doc_text",
-    "first_half",
-    "randomize_groups",
-    "split_sentences",
 ]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".bm25": ("BM25Scorer", "bm25_scores"),
-        ".revela": (
-            "GROUPINGS",
-            "RevelaDataCollator",
-            "RevelaGroupBatchSampler",
-            "build_revela_dataset",
-            "chunk_text",
-            "first_half",
-            "randomize_groups",
-            "split_sentences",
-        ),
+        ".bm25": ("BM25Scorer",),
+        ".revela": ("RevelaDataCollator", "RevelaGroupBatchSampler", "build_revela_dataset"),
         ".text": ("doc_text",),
     },
 )

@@ -23,6 +23,8 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
+from st_magnitude._files import write_json_atomic
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["EmbeddingStore", "encode_to_store", "STORE_DTYPES"]
@@ -134,12 +136,6 @@ def _model_fingerprint(model: Any) -> str:
     return h.hexdigest()
 
 
-def _write_progress(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state, indent=1))
-    os.replace(tmp, path)
-
-
 def encode_to_store(
     model: Any,
     texts: Sequence[str],
@@ -164,7 +160,7 @@ def encode_to_store(
 
     Args:
         model: a SentenceTransformer (converted models keep their roles: use the role you will search with).
-        texts: the corpus texts, in id order (see :func:`~st_magnitude.evaluation.doc_texts`).
+        texts: the corpus texts, in id order (see :func:`~st_magnitude.evaluation.ir.doc_texts`).
         path: the ``.npy`` file to write.
         role: ``"document"``, ``"query"`` or ``None``.
         dtype: ``"float32"`` or ``"float16"`` (half the disk; search converts blocks to float32).
@@ -246,7 +242,7 @@ def encode_to_store(
             if mm is None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(dtype), shape=(n, emb.shape[1]))
-                _write_progress(progress_file, {**identity, "dim": emb.shape[1], "done": 0})
+                write_json_atomic(progress_file, {**identity, "dim": emb.shape[1], "done": 0}, indent=1)
             if emb.shape[1] != mm.shape[1]:
                 raise ValueError(f"the encoder returned dimension {emb.shape[1]}, the file holds {mm.shape[1]}")
             if not np.isfinite(emb).all():
@@ -258,7 +254,7 @@ def encode_to_store(
             mm[done:stop] = emb
             mm.flush()
             done = stop
-            _write_progress(progress_file, {**identity, "dim": int(mm.shape[1]), "done": done})
+            write_json_atomic(progress_file, {**identity, "dim": int(mm.shape[1]), "done": done}, indent=1)
             bar.update(emb.shape[0])
     finally:
         bar.close()

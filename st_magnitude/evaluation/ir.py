@@ -66,10 +66,11 @@ def exact_search(
 
     One pass over the corpus in chunks with a running top-k merge (:func:`~st_magnitude.evaluation.topk_search`),
     so time is one corpus pass and memory the corpus plus a fixed working set; ``corpus_embeddings`` may be a tensor,
-    a numpy array / memmap, an :class:`~st_magnitude.evaluation.EmbeddingStore` or a path to a ``.npy`` file (read
-    in chunks, so a corpus larger than RAM is searchable). ``score_fn`` defaults to the dot product. Equal scores are
-    ordered by corpus position. With ``ignore_identical_ids`` the search takes ``top_k + 1`` and drops the document
-    whose id equals the query id (BEIR's rule), so no id lookup over the corpus is built.
+    a numpy array / memmap, an :class:`~st_magnitude.evaluation.embeddings_store.EmbeddingStore` or a path to a
+    ``.npy`` file (read in chunks, so a corpus larger than RAM is searchable). ``score_fn`` defaults to the dot
+    product. Equal scores are ordered by corpus position. With ``ignore_identical_ids`` the search takes
+    ``top_k + 1`` and drops the document whose id equals the query id (BEIR's rule), so no id lookup over the
+    corpus is built.
     """
     corpus = as_corpus(corpus_embeddings)
     if len(query_ids) != len(query_embeddings) or len(corpus_ids) != corpus.shape[0]:

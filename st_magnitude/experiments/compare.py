@@ -33,7 +33,6 @@ from typing import Any
 from st_magnitude._files import write_json_atomic
 from st_magnitude.experiments import _dist
 from st_magnitude.experiments.config import (
-    _LEGACY_FINGERPRINT,
     PER_QUERY_KEY,
     CompareConfig,
     _check_writable,
@@ -122,7 +121,6 @@ def _check_fingerprint(out: Path, config: CompareConfig) -> None:
     previous = json.loads(cfg_path.read_text()).get("fingerprint")
     if not previous:
         return
-    previous = {**_LEGACY_FINGERPRINT, **previous}
     current = json.loads(json.dumps(config.fingerprint()))
     changed = [f"{k} {previous.get(k)!r} there, {v!r} now" for k, v in current.items() if previous.get(k) != v]
     if changed:

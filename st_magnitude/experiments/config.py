@@ -138,14 +138,8 @@ class CompareConfig:
         return {"pairs": self.kappa_pairs, "bootstrap": self.kappa_bootstrap, "seed": self.seed}
 
 
-#: Values of training settings that folders written before they were recorded were trained with.
-_LEGACY_FINGERPRINT = dict(
-    lr_scheduler="linear", warmup_fraction=0.1, weight_decay=0.0, adam_beta2=0.999, gamma_learning_rate=1e-2
-)
-
-
 def _check_writable(output_dir: Path) -> None:
-    from st_magnitude._cli_args import check_output_dir
+    from st_magnitude.cli._args import check_output_dir
 
     check_output_dir(output_dir, "output folder")
 

@@ -1,56 +1,33 @@
-"""The comparison's evaluation sets: each dataset's (possibly subsampled) test split, scored for every run."""
+"""The comparison's evaluation sets (:mod:`st_magnitude.integrations.eval_set`, shared with ``replicate``), scored
+for every run."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from st_magnitude.experiments.config import CompareConfig
+from st_magnitude.integrations.eval_set import EvalSet, load_eval_set
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvalSet", "load_eval_sets", "evaluate_sets"]
-
-
-@dataclass
-class EvalSet:
-    """One evaluation dataset of the comparison: its (possibly subsampled) test split, ids in sorted order."""
-
-    name: str
-    data: Any  # BEIRData, its dictionaries ordered by id
-
-    @property
-    def query_ids(self) -> list[str]:
-        return list(self.data.queries)
-
-    @property
-    def doc_ids(self) -> list[str]:
-        return list(self.data.corpus)
+__all__ = ["load_eval_sets", "evaluate_sets"]
 
 
 def load_eval_sets(folders: dict[str, Path], config: CompareConfig) -> list[EvalSet]:
     """Each folder's test split, NanoBEIR-style subsampled by the config, with queries, corpus and qrels ordered by
     id (so equal scores rank the same whatever the order of the files)."""
-    from st_magnitude.integrations.data import load_beir, subsample
-
-    sets = []
-    for name, folder in folders.items():
-        data = load_beir(folder, "test", on_missing="drop")
-        if config.max_corpus or config.max_queries:
-            data = subsample(
-                data, max_corpus=config.max_corpus, max_queries=config.max_queries, seed=config.subsample_seed
-            )
-        data = dataclasses.replace(
-            data,
-            queries={q: data.queries[q] for q in sorted(data.queries)},
-            corpus={d: data.corpus[d] for d in sorted(data.corpus)},
-            qrels={q: data.qrels[q] for q in sorted(data.qrels)},
+    return [
+        load_eval_set(
+            folder,
+            "test",
+            max_corpus=config.max_corpus,
+            max_queries=config.max_queries,
+            seed=config.subsample_seed,
+            name=name,
         )
-        sets.append(EvalSet(name, data))
-    return sets
+        for name, folder in folders.items()
+    ]
 
 
 def evaluate_sets(model, eval_sets: list[EvalSet], batch_size: int = 64) -> tuple[dict[str, dict], dict[str, dict]]:

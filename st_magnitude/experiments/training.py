@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import shutil
 import time
 import warnings
@@ -37,14 +36,13 @@ def load_base_model(name: str, device: str, max_seq_length: int, trust_remote_co
 
 def training_pairs(folder: Path, n: int, seed: int) -> dict[str, list[str]]:
     """n seeded (query, relevant document) pairs from the dataset's train split (dev/test if there is none)."""
-    from st_magnitude.integrations.data import load_beir, positive_pairs
+    from st_magnitude.integrations.data import load_beir
+    from st_magnitude.integrations.eval_set import shuffled_pairs
 
     split = next((s for s in ("train", "dev", "test") if (folder / "qrels" / f"{s}.tsv").is_file()), None)
     if split is None:
         raise FileNotFoundError(f"{folder} has no qrels to train on")
-    pairs = positive_pairs(load_beir(folder, split, on_missing="drop"))
-    rng = random.Random(seed)
-    rng.shuffle(pairs)
+    pairs = shuffled_pairs(load_beir(folder, split, on_missing="drop"), seed)
     # one positive per query per batch is what the no-duplicates sampler enforces; keep the pool large enough
     pairs = pairs[: max(n * 3, n)]
     return {"anchor": [p[0] for p in pairs], "positive": [p[1] for p in pairs], "split": split}

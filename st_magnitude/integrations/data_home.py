@@ -14,11 +14,6 @@ It is, first match wins (documented once, in docs/getting_started.md, section "D
 A folder named by 1 or 2 must exist; nothing else is looked at. A BEIR dataset that is not in ``<data>/beir`` is
 downloaded there (:func:`download_beir`, needs a network).
 
-Deprecated, read for one release with a ``DeprecationWarning`` that says what to set instead:
-``$ST_MAGNITUDE_DATA_DIR`` (it named a folder of BEIR datasets, i.e. ``$ST_MAGNITUDE_DATA/beir``; it is used as the
-data folder when neither 1 nor 2 is given), and a data folder holding dataset folders directly instead of under
-``beir/`` (the layout ``--data-dir`` / ``$ST_MAGNITUDE_DATA_DIR`` used).
-
 This module imports nothing heavy (BEIR only to download).
 """
 
@@ -28,22 +23,18 @@ import logging
 import os
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DATA_ENV", "LEGACY_DATA_ENV", "default_data_dir", "download_beir", "resolve_data_dir", "resolve_dataset"]
+__all__ = ["DATA_ENV", "default_data_dir", "download_beir", "resolve_data_dir", "resolve_dataset"]
 
 #: The data folder (holding ``beir/`` and ``sts/``).
 DATA_ENV = "ST_MAGNITUDE_DATA"
-#: Deprecated: a folder of BEIR datasets (what ``$ST_MAGNITUDE_DATA/beir`` is now); read for one release.
-LEGACY_DATA_ENV = "ST_MAGNITUDE_DATA_DIR"
 #: Where BEIR publishes its datasets (one zip per name).
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 #: How a user sets the data folder (ends every message about missing data).
 SET_DATA = f"pass the data folder (holding beir/) with the command's data flag or set ${DATA_ENV} (docs: Data)"
-_REMOVAL = "0.3"
 
 
 def default_data_dir() -> Path:
@@ -62,7 +53,6 @@ def _existing(folder: str | os.PathLike, source: str) -> Path:
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """The data folder: ``data_dir`` (a command's flag), else ``$ST_MAGNITUDE_DATA``, else the user cache.
 
-    ``$ST_MAGNITUDE_DATA_DIR`` (deprecated) comes before the user cache, with a ``DeprecationWarning``.
     Raises ``FileNotFoundError`` when the flag or a variable names a folder that does not exist; the user cache
     (:func:`default_data_dir`) is returned whether or not it exists yet (a download creates it).
     """
@@ -70,18 +60,6 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
         return _existing(data_dir, "the data flag")
     if os.environ.get(DATA_ENV):
         return _existing(os.environ[DATA_ENV], f"${DATA_ENV}")
-    legacy = os.environ.get(LEGACY_DATA_ENV)
-    if legacy:
-        folder = Path(legacy).expanduser()
-        warnings.warn(
-            f"${LEGACY_DATA_ENV} is deprecated and is removed in st-magnitude {_REMOVAL}: it names a folder of BEIR "
-            f"datasets, which is $ST_MAGNITUDE_DATA/beir now; set {DATA_ENV}="
-            + (str(folder.parent) if folder.name == "beir" else "<the folder holding beir/>")
-            + " instead.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _existing(legacy, f"${LEGACY_DATA_ENV}")
     return default_data_dir()
 
 
@@ -90,10 +68,8 @@ def resolve_dataset(
 ) -> Path:
     """A BEIR dataset folder: ``name`` when it is a folder, else ``<data>/beir/<name>``, else a download there.
 
-    ``data_dir`` is the data folder (default: :func:`resolve_data_dir`). A dataset folder directly in the data folder
-    (``<data>/<name>``, the layout of the deprecated ``--data-dir`` / ``$ST_MAGNITUDE_DATA_DIR``) is found too, with
-    a ``DeprecationWarning``. With ``split``, the folder must hold ``qrels/<split>.tsv`` (the error lists the splits
-    it has).
+    ``data_dir`` is the data folder (default: :func:`resolve_data_dir`). With ``split``, the folder must hold
+    ``qrels/<split>.tsv`` (the error lists the splits it has).
     """
     data = Path(data_dir) if data_dir is not None else resolve_data_dir()
     path, key = Path(name), str(name)
@@ -101,28 +77,12 @@ def resolve_dataset(
         folder = path
     elif (data / "beir" / key).is_dir():
         folder = data / "beir" / key
-    elif (data / key / "corpus.jsonl").is_file() and "/" not in key and os.sep not in key:
-        folder = data / key
-        warnings.warn(
-            f"dataset {key!r} found in {data}, a folder of BEIR datasets: the data folder now holds them under beir/ "
-            f"({data / 'beir' / key}); "
-            + (f"pass {data.parent} instead" if data.name == "beir" else f"move them to {data / 'beir'}")
-            + f" (this layout is read until st-magnitude {_REMOVAL}).",
-            DeprecationWarning,
-            stacklevel=2,
-        )
     else:
         folder = download_beir(key, data / "beir")
     if split is not None and not (folder / "qrels" / f"{split}.tsv").is_file():
         splits = sorted(f.stem for f in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
         raise FileNotFoundError(f"dataset {key!r} ({folder}) has no {split!r} split; available: {splits}")
     return folder
-
-
-def _earlier_download(name: str) -> Path | None:
-    """Where st-magnitude 0.1 put a download of ``name`` (``$ST_MAGNITUDE_CACHE`` or ``~/.cache/st_magnitude``)."""
-    old = Path(os.environ.get("ST_MAGNITUDE_CACHE") or Path.home() / ".cache" / "st_magnitude") / "beir" / name
-    return old if old.is_dir() else None
 
 
 def download_beir(name: str, beir_dir: str | os.PathLike) -> Path:
@@ -141,9 +101,6 @@ def download_beir(name: str, beir_dir: str | os.PathLike) -> Path:
         sorted(d.name for d in beir.iterdir() if d.is_dir() and not d.name.startswith(".")) if beir.is_dir() else []
     )
     hint = f" Local datasets: {', '.join(available)}." if available else ""
-    earlier = _earlier_download(name)
-    if earlier is not None:
-        hint += f" An earlier version downloaded it to {earlier}: move it to {beir / name}."
     created = [p for p in (beir, *beir.parents) if not p.exists()]  # deepest first; removed again on failure
     try:
         from beir import util

@@ -17,39 +17,32 @@ from __future__ import annotations
 from st_magnitude._lazy import lazy_exports
 
 __all__ = [
-    "PAPER_TEMPERATURES",
     "BertRecipeLoss",
     "CachedL2DirLoss",
     "CachedMWLoss",
     "CachedPartialNormInfoNCELoss",
     "EttinRecipeLoss",
-    "InfoTNCollapseWarning",
     "InfoTNLoss",
     "L2DirLoss",
-    "LossSimilarityWarning",
     "MWLoss",
     "MagnitudeMatryoshkaLoss",
     "MarginContrastiveLoss",
     "PartialNormInfoNCELoss",
     "RevelaLoss",
-    "pairwise_softplus_sum",
-    "teacher_scores",
 ]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "._common": ("LossSimilarityWarning",),
-        ".info_tn": ("InfoTNCollapseWarning", "InfoTNLoss"),
-        ".l2dir": ("PAPER_TEMPERATURES", "L2DirLoss"),
-        ".cached_l2dir": ("CachedL2DirLoss",),
         ".bert_recipe": ("BertRecipeLoss",),
-        ".ettin_recipe": ("EttinRecipeLoss",),
-        ".magnitude_matryoshka": ("MagnitudeMatryoshkaLoss",),
-        ".margin_contrastive": ("MarginContrastiveLoss", "teacher_scores"),
-        ".mw": ("CachedMWLoss", "MWLoss", "pairwise_softplus_sum"),
+        ".cached_l2dir": ("CachedL2DirLoss",),
+        ".mw": ("CachedMWLoss", "MWLoss"),
         ".partial_norm_infonce": ("CachedPartialNormInfoNCELoss", "PartialNormInfoNCELoss"),
+        ".ettin_recipe": ("EttinRecipeLoss",),
+        ".info_tn": ("InfoTNLoss",),
+        ".l2dir": ("L2DirLoss",),
+        ".magnitude_matryoshka": ("MagnitudeMatryoshkaLoss",),
+        ".margin_contrastive": ("MarginContrastiveLoss",),
         ".revela": ("RevelaLoss",),
     },
-    moved={"RevelaLMCheckpointCallback": "st_magnitude.callbacks.revela"},  # deprecated: use LossStateCallback
 )

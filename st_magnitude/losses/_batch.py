@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from sentence_transformers.util import all_gather_with_grad, get_rank, get_world_size
-from torch import Tensor
+from torch import Tensor, nn
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +49,29 @@ def check_columns(rows: list[int], loss_name: str) -> None:
         )
 
 
-def check_finite(columns: list[Tensor], loss_name: str, what: str = "embeddings") -> None:
+#: On an accelerator, how many calls a loss lets pass between two reads of its finiteness flag (each read is one
+#: host sync). Between reads the flag is accumulated on the device. On CPU every call is checked (no sync to save).
+#: Set to 1 to stop at the first non-finite batch, with its rows, on an accelerator too.
+FINITE_CHECK_INTERVAL = 50
+
+#: The duplicate-positive check (a ``torch.unique`` and a host sync) runs on the first calls, then every this many.
+DUPLICATE_CHECK_FIRST, DUPLICATE_CHECK_INTERVAL = 8, 64
+
+
+def check_finite(
+    columns: list[Tensor], loss_name: str, what: str = "embeddings", *, owner: nn.Module | None = None
+) -> None:
     """Raise when any embedding is NaN or infinite, naming the column, its rows and (when distributed) the process.
 
-    A single non-finite embedding makes the loss and every gradient NaN; the check costs one device sync.
+    A single non-finite embedding makes the loss and every gradient NaN. Without ``owner`` the check runs now (one
+    device sync on an accelerator). With ``owner`` (the loss calling it) a tensor on an accelerator is checked
+    without a host sync: :class:`FiniteCheck` accumulates a flag on the device and reads it every
+    :data:`FINITE_CHECK_INTERVAL` calls; on CPU it still checks every call.
     """
+    if owner is not None and columns and columns[0].device.type != "cpu" and FINITE_CHECK_INTERVAL > 1:
+        checks = owner.__dict__.setdefault("_finite_checks", {})
+        checks.setdefault(what, FiniteCheck())(columns, loss_name, what)
+        return
     finite = [torch.isfinite(c.detach()) for c in columns]
     bad_rows = [~(f.flatten(1) if f.ndim > 1 else f.unsqueeze(1)).all(dim=1) for f in finite]
     if not bool(torch.stack([b.any() for b in bad_rows]).any()):
@@ -67,9 +85,40 @@ def check_finite(columns: list[Tensor], loss_name: str, what: str = "embeddings"
     rank = f" on process {get_rank()}" if get_world_size() > 1 else ""
     raise ValueError(
         f"{loss_name}: {what} are NaN or infinite in {'; '.join(where)} of this batch{rank} (0-based rows of the "
-        "batch). The loss and every gradient would be NaN. Usual causes: fp16 overflow in the model (train in bf16 "
-        "or fp32), a diverged step (lower the learning rate, clip gradients), or NaN/inf inputs."
+        f"batch). {_NAN_CAUSES}"
     )
+
+
+_NAN_CAUSES = (
+    "The loss and every gradient would be NaN. Usual causes: fp16 overflow in the model (train in bf16 or fp32), a "
+    "diverged step (lower the learning rate, clip gradients), or NaN/inf inputs."
+)
+
+
+class FiniteCheck:
+    """:func:`check_finite` on an accelerator without a host sync per call: a device flag, read every
+    :data:`FINITE_CHECK_INTERVAL` calls (and then the current batch is checked row by row)."""
+
+    def __init__(self) -> None:
+        self._flag: Tensor | None = None
+        self._calls = 0
+
+    def __call__(self, columns: list[Tensor], loss_name: str, what: str) -> None:
+        with torch.no_grad():
+            bad = torch.stack([~torch.isfinite(c.detach()).all() for c in columns]).any()
+        self._flag = bad if self._flag is None else self._flag | bad
+        self._calls += 1
+        if self._calls % FINITE_CHECK_INTERVAL:
+            return
+        flag, self._flag = bool(self._flag), None  # the one host sync of the interval
+        if flag:
+            check_finite(columns, loss_name, what)  # the current batch, with its rows, when it is one of them
+            raise ValueError(
+                f"{loss_name}: {what} were NaN or infinite in at least one of the last {FINITE_CHECK_INTERVAL} "
+                f"batches (checked every {FINITE_CHECK_INTERVAL} calls on {columns[0].device} to avoid a host sync "
+                "per step; set st_magnitude.losses._batch.FINITE_CHECK_INTERVAL = 1 to stop at the batch, with its "
+                f"rows). {_NAN_CAUSES}"
+            )
 
 
 def _check_same_rows_across_processes(rows: int, device: torch.device, loss_name: str) -> None:
@@ -121,26 +170,37 @@ def check_has_negatives(world_batch_size: int, n_doc_columns: int, loss_name: st
         )
 
 
-def prepare_columns(columns: list[Tensor], enabled: bool, loss_name: str) -> tuple[Tensor, list[Tensor], int, int]:
+def prepare_columns(
+    columns: list[Tensor], enabled: bool, loss_name: str, owner: nn.Module | None = None
+) -> tuple[Tensor, list[Tensor], int, int]:
     """Validate per-column embeddings (count, equal rows, finite), gather them when ``enabled``, check negatives.
 
     Returns ``(queries, docs, offset, world)`` like :func:`gather`.
     """
     check_columns([c.size(0) for c in columns], loss_name)
-    check_finite(columns, loss_name)
+    check_finite(columns, loss_name, owner=owner)
     queries, docs, offset, world = gather(columns[0], list(columns[1:]), enabled, loss_name)
     check_has_negatives(queries.size(0), len(docs), loss_name)
     return queries, docs, offset, world
 
 
 class DuplicateCheck:
-    """Log (once) when two positives in a batch are identical: each is then a negative of the other's query."""
+    """Log (once) when two positives in a batch are identical: each is then a negative of the other's query.
+
+    ``torch.unique`` and the host sync it needs run on the first :data:`DUPLICATE_CHECK_FIRST` calls, then every
+    :data:`DUPLICATE_CHECK_INTERVAL` calls: a data set with duplicate positives shows them early, and a training run
+    with the no-duplicates sampler does not pay for the check every step.
+    """
 
     def __init__(self) -> None:
         self._warned = False
+        self._calls = 0
 
     def __call__(self, positives: Tensor, loss_name: str) -> None:
+        self._calls += 1
         if self._warned or positives.size(0) < 2:
+            return
+        if self._calls > DUPLICATE_CHECK_FIRST and self._calls % DUPLICATE_CHECK_INTERVAL:
             return
         with torch.no_grad():
             n_unique = torch.unique(positives.detach(), dim=0).size(0)

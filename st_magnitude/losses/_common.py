@@ -192,7 +192,7 @@ class FamilyLoss(nn.Module):
         :meth:`finish_batch` back-propagates once.
         """
         name = type(self).__name__
-        queries, docs, offset, world = prepare_columns(columns, self.gather_across_devices, name)
+        queries, docs, offset, world = prepare_columns(columns, self.gather_across_devices, name, owner=self)
         self._duplicates(docs[0], name)
         return GatheredBatch(columns[0].size(0), queries, docs, torch.cat(docs, dim=0), offset, world)
 

@@ -247,7 +247,7 @@ class InfoTNLoss(_StatsMixin, nn.Module):
         """InfoTN on per-column un-normalized states ``embeddings`` (NAP applied first when a head is set)."""
         name = type(self).__name__
         check_columns([e.size(0) for e in embeddings], name)
-        check_finite(list(embeddings), name, "un-normalized states")
+        check_finite(list(embeddings), name, "un-normalized states", owner=self)
         check_has_negatives(embeddings[0].size(0), len(embeddings) - 1, name)
         vectors = _project(self.nap_head, embeddings, modalities)
         self._record_stats(_length_stats(vectors[0], vectors[1]))

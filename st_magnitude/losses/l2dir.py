@@ -51,7 +51,7 @@ from st_magnitude.similarity import get_similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NAP_HEAD_DIRNAME", "PAPER_TEMPERATURES", "L2DirLoss", "load_nap_head", "save_nap_head"]
+__all__ = ["PAPER_TEMPERATURES", "L2DirLoss", "load_nap_head", "save_nap_head"]
 
 
 #: The paper's two temperature settings (App. C). They are swapped between the frameworks.
@@ -235,8 +235,8 @@ class L2DirLoss(_StatsMixin, nn.Module):
         name = type(self).__name__
         check_columns([e.size(0) for e in embeddings], name)
         check_columns([x.size(0) for x in nap_inputs], name)
-        check_finite(list(embeddings), name)
-        check_finite(list(nap_inputs), name, "NAP inputs (un-normalized states)")
+        check_finite(list(embeddings), name, owner=self)
+        check_finite(list(nap_inputs), name, "NAP inputs (un-normalized states)", owner=self)
         po = _project(self.nap_head, nap_inputs, modalities)
         n_docs = len(embeddings) - 1
         gathered, offset, _ = gather_columns([*embeddings[1:], *po[1:]], self.gather_across_devices, name)
@@ -278,10 +278,6 @@ class L2DirLoss(_StatsMixin, nn.Module):
 # ----------------------------------------------------------------------------------------------------------------
 # exporting the NAP head (training checkpoints: st_magnitude.callbacks.LossStateCallback)
 # ----------------------------------------------------------------------------------------------------------------
-#: Sub-folder of a checkpoint that holds the NAP head.
-NAP_HEAD_DIRNAME = "nap_head"
-
-
 def _head_of(loss_or_head: Any) -> NAPHead:
     head = loss_or_head if isinstance(loss_or_head, NAPHead) else getattr(loss_or_head, "nap_head", None)
     if not isinstance(head, NAPHead):

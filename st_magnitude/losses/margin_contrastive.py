@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from st_magnitude._lazy import moved_exports
 from st_magnitude.losses._batch import check_columns, check_finite
 from st_magnitude.losses._common import set_roles
 from st_magnitude.similarity import Similarity, get_similarity
@@ -180,7 +179,7 @@ class MarginContrastiveLoss(nn.Module):
         if len(embeddings) < 2:
             raise ValueError(f"expected at least query and positive embeddings, got {len(embeddings)}")
         check_columns([e.shape[0] for e in embeddings], type(self).__name__)
-        check_finite(list(embeddings), type(self).__name__)
+        check_finite(list(embeddings), type(self).__name__, owner=self)
         q, pos, negs = embeddings[0], embeddings[1], list(embeddings[2:])
         out: dict[str, Tensor] = {}
         if self.margin_mse_weight > 0:
@@ -304,14 +303,3 @@ def _as_pair_scorer(teacher: Any, batch_size: int) -> Callable[[list[str], list[
         f"teacher must be a callable f(queries, passages) -> scores, a CrossEncoder (.predict) or a "
         f"SentenceTransformer (.encode_query/.similarity_pairwise); got {type(teacher).__name__}"
     )
-
-
-# the recipes and the Matryoshka wrapper had this module until 0.2; one module per loss since
-__getattr__, __dir__ = moved_exports(
-    __name__,
-    {
-        "BertRecipeLoss": "st_magnitude.losses.bert_recipe",
-        "EttinRecipeLoss": "st_magnitude.losses.ettin_recipe",
-        "MagnitudeMatryoshkaLoss": "st_magnitude.losses.magnitude_matryoshka",
-    },
-)

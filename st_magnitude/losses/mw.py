@@ -140,7 +140,7 @@ class MWLoss(FamilyLoss):
     def __init__(
         self,
         model: nn.Module,
-        similarity: str | Similarity | None = "cosine",
+        similarity: str | Similarity | None = None,
         temperature: float | str = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         chunk_size: int | None = None,
@@ -161,7 +161,8 @@ class MWLoss(FamilyLoss):
         Args:
             model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
             similarity: ``"cosine"`` (the paper), ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"``, a
-                ``Similarity``, or ``None`` for what the model carries.
+                ``Similarity``, or ``None`` (the default of every contrastive loss here): what the model serves — the
+                similarity a converted model carries, else a plain model's ``similarity_fn_name`` (cosine or dot).
             temperature: τ (paper 001 §5.1: 0.01, i.e. a scale of 100 on cosine scores). Scores are divided by τ.
                 ``"learnable"``: a CLIP-style log-parameterised τ held by the loss (parameter
                 ``temperature.log_scale`` = log 1/τ), starting at 0.01 and clamped to τ ≥ 0.01, so it can only
@@ -291,7 +292,7 @@ class CachedMWLoss(CachedLoss):
     def __init__(
         self,
         model: nn.Module,
-        similarity: str | Similarity | None = "cosine",
+        similarity: str | Similarity | None = None,
         temperature: float | str = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         mini_batch_size: int = 32,

@@ -49,7 +49,7 @@ class PartialNormInfoNCELoss(FamilyLoss):
     def __init__(
         self,
         model: nn.Module,
-        similarity: str | Similarity | None = "qnorm",
+        similarity: str | Similarity | None = None,
         scale: float | str = 20.0,
         gather_across_devices: bool = False,
     ) -> None:
@@ -76,7 +76,8 @@ class PartialNormInfoNCELoss(FamilyLoss):
         Args:
             model: a SentenceTransformer (plain, or converted by ``st_magnitude.apply_similarity``).
             similarity: ``"cosine"``, ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"``, a ``Similarity``, or
-                ``None`` for "what the model carries" (a plain model: its ``similarity_fn_name``, cosine or dot).
+                ``None`` (the default of every contrastive loss here): what the model serves — the similarity a
+                converted model carries, else a plain model's ``similarity_fn_name`` (cosine or dot).
             scale: inverse temperature (paper 000: 20, i.e. τ = 0.05), or ``"learnable"``: a CLIP-style
                 log-parameterised scale held by the loss (parameter ``scale.log_scale``), starting at 20, clamped to
                 ≤ 100 (see ``docs/temperature.md``).
@@ -176,7 +177,7 @@ class CachedPartialNormInfoNCELoss(CachedLoss):
     def __init__(
         self,
         model: nn.Module,
-        similarity: str | Similarity | None = "qnorm",
+        similarity: str | Similarity | None = None,
         scale: float | str = 20.0,
         mini_batch_size: int = 32,
         mini_batch_num_tokens: int | None = None,

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from st_magnitude._lazy import moved_exports
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
 from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.modules.revela_attention import (
@@ -111,7 +110,7 @@ class RevelaLoss(nn.Module):
               loss); ``learning_rate_mapping={r"lm\\.": 1e-5}`` gives the LM its own learning rate.
             - Keep B ≥ 8 and the groups topical; watch ``temperature``: with τ = 1e-4 the retriever's gradient
               concentrates on near-ties, and is exactly zero for a batch whose Sim rows are all one-hot (warned with
-              :class:`~st_magnitude.ZeroRetrieverGradientWarning`; counted in ``loss.one_hot_steps``).
+              :class:`~st_magnitude.losses.revela.ZeroRetrieverGradientWarning`; counted in ``loss.one_hot_steps``).
               With all-MiniLM-L6-v2 on SciFact groups that is most batches: use τ ≈ 0.01–0.05 for such encoders.
 
         Relations:
@@ -320,7 +319,7 @@ class RevelaLoss(nn.Module):
     def relevance_diagnostics(
         self, sim: Tensor, input_ids: Tensor, attention_mask: Tensor, shuffles: int = 1
     ) -> dict[str, float]:
-        """LM cross-entropies that show whether relevance matters yet (issue 14, claim 004), without gradient.
+        """LM cross-entropies that show whether relevance matters yet (paper 004's claim), without gradient.
 
         On one batch, with the LM in eval mode (no dropout, so the three numbers differ only by their Sim):
 
@@ -438,19 +437,3 @@ def _check_lm_checkpointing(lm: nn.Module) -> None:
                 "retriever would get no gradient). Call lm.activation_checkpointing_enable() (or the older "
                 "gradient_checkpointing_enable()) without kwargs, or with {'use_reentrant': False}"
             )
-
-
-# the Revela callbacks had this module until 0.2; all callbacks are in st_magnitude.callbacks since
-__getattr__, __dir__ = moved_exports(
-    __name__,
-    {
-        name: "st_magnitude.callbacks.revela"
-        for name in (
-            "DIAGNOSTIC_KEYS",
-            "RevelaDiagnosticsCallback",
-            "RevelaLMCheckpointCallback",
-            "RevelaLMGradClipCallback",
-            "revela_callbacks",
-        )
-    },
-)

@@ -1,4 +1,7 @@
-"""Revela's LM in a training checkpoint: its trainable weights (the LoRA adapters) saved and loaded in place."""
+"""Revela's LM exported on request: its trainable weights (the LoRA adapters) saved and loaded in place.
+
+Training checkpoints hold them through :class:`st_magnitude.callbacks.LossStateCallback`.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +13,13 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from st_magnitude.modules.revela_attention import (
-    REVELA_ATTENTION,
-)
+from st_magnitude.modules.revela_attention import REVELA_ATTENTION
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LM_CHECKPOINT_DIR", "load_lm_weights", "save_lm_weights"]
+__all__ = ["load_lm_weights", "save_lm_weights"]
 
 
-LM_CHECKPOINT_DIR = "revela_lm"
 _LM_WEIGHTS = "trainable.safetensors"
 _LM_META = "revela_lm.json"
 

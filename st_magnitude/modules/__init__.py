@@ -9,32 +9,17 @@ from __future__ import annotations
 from st_magnitude._lazy import lazy_exports
 
 __all__ = [
-    "ROLES",
     "DimensionProjection",
     "NAPHead",
-    "NAPInputTap",
-    "ProjectionActivationWarning",
     "RoleNormalize",
     "add_dimension_projection",
-    "check_projection",
-    "dimension_grid",
-    "is_dimension_projection",
-    "truncate_embeddings",
 ]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".dimension_projection": (
-            "DimensionProjection",
-            "ProjectionActivationWarning",
-            "add_dimension_projection",
-            "check_projection",
-            "dimension_grid",
-            "is_dimension_projection",
-            "truncate_embeddings",
-        ),
-        ".nap_head": ("NAPHead", "NAPInputTap"),
-        ".role_normalize": ("ROLES", "RoleNormalize"),
+        ".dimension_projection": ("DimensionProjection", "add_dimension_projection"),
+        ".nap_head": ("NAPHead",),
+        ".role_normalize": ("RoleNormalize",),
     },
 )

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 
 from st_magnitude.integrations.data_home import DATA_ENV, SET_DATA, resolve_data_dir  # the package's one setting
+from st_magnitude.integrations.eval_set import EvalSet
+from st_magnitude.integrations.eval_set import load_eval_set as _load_eval_set
 
 logger = logging.getLogger(__name__)
 
@@ -137,52 +139,21 @@ def beir_folder(ctx: Context, name: str) -> Path:
     return ctx.data("beir", name)
 
 
-@dataclass
-class EvalSet:
-    name: str
-    query_ids: list[str]
-    doc_ids: list[str]
-    queries: list[str]
-    docs: list[str]
-    qrels: dict[str, dict[str, int]]
-    note: str
-
-
 def load_eval_set(folder: Path, *, split: str = "test", max_queries=None, max_corpus=None, seed: int = 0) -> EvalSet:
     """A BEIR test set, subsampled NanoBEIR-style with a *fixed* seed so every arm and seed sees the same items."""
-    from st_magnitude.integrations import doc_text, load_beir, subsample
-
-    data = load_beir(folder, split, on_missing="drop")
-    if max_queries or max_corpus:
-        data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
-    qids = sorted(q for q in data.qrels if any(g > 0 for g in data.qrels[q].values()))
-    dids = sorted(data.corpus)
-    return EvalSet(
-        name=folder.name,
-        query_ids=qids,
-        doc_ids=dids,
-        queries=[data.queries[q] for q in qids],
-        docs=[doc_text(data.corpus[d]) for d in dids],
-        qrels={q: dict(data.qrels[q]) for q in qids},
-        note=data.note or "full test split",
+    return _load_eval_set(
+        folder, split, max_queries=max_queries, max_corpus=max_corpus, seed=seed, judged_queries_only=True
     )
 
 
 def retrieval_pairs(folder: Path, n: int, seed: int, split: str = "train") -> dict[str, list[str]]:
     """``n`` seeded (query, relevant document) pairs from a BEIR split (each query at most once per 3 pairs)."""
-    from st_magnitude.integrations import doc_text, load_beir
+    from st_magnitude.integrations.data import load_beir
+    from st_magnitude.integrations.eval_set import shuffled_pairs
 
-    data = load_beir(folder, split, on_missing="drop")
-    pairs = [
-        (data.queries[q], doc_text(data.corpus[d]))
-        for q in sorted(data.qrels)
-        for d, g in sorted(data.qrels[q].items())
-        if g > 0
-    ]
+    pairs = shuffled_pairs(load_beir(folder, split, on_missing="drop"), seed)
     if not pairs:
         raise ValueError(f"{folder} ({split}) has no positive pairs")
-    rng = random.Random(seed)
-    rng.shuffle(pairs)
     if n > len(pairs):
         raise ValueError(f"asked for {n} training pairs but {folder.name}/{split} has only {len(pairs)}")
     pairs = pairs[:n]
@@ -311,7 +282,8 @@ def evaluate_retrieval(
     Returns ``{"metrics": {...}, "per_query": {metric: [score per query id]}, "auc_pools": {...}}``.
     """
     from st_magnitude import get_similarity
-    from st_magnitude.evaluation import encode_roles, exact_search, pooled_auc_pools, pooled_auc_score
+    from st_magnitude.evaluation import encode_roles, exact_search
+    from st_magnitude.evaluation.auc import pooled_auc_pools, pooled_auc_score
 
     q, d = embeddings if embeddings is not None else encode_roles(model, es.queries, es.docs, batch_size=batch_size)
     score_fn = get_similarity(similarity) if similarity else None

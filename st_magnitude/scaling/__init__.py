@@ -13,49 +13,16 @@ from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "PAPER_DIMENSION_LAWS",
-    "PAPER_JOINT_LAWS",
-    "SCORING_MODES",
-    "Allocation",
-    "DimensionLawFit",
-    "JointLawFit",
-    "allocate",
-    "budget_curve",
     "dimension_law",
-    "encoding_flops",
-    "extrapolation_check",
     "fit_dimension_law",
     "fit_joint_law",
-    "index_bytes",
-    "joint_law",
     "optimal_allocation",
-    "r_squared",
-    "scoring_flops",
 ]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".cost": (
-            "SCORING_MODES",
-            "Allocation",
-            "allocate",
-            "budget_curve",
-            "encoding_flops",
-            "index_bytes",
-            "optimal_allocation",
-            "scoring_flops",
-        ),
-        ".fit": (
-            "PAPER_DIMENSION_LAWS",
-            "PAPER_JOINT_LAWS",
-            "DimensionLawFit",
-            "JointLawFit",
-            "dimension_law",
-            "extrapolation_check",
-            "fit_dimension_law",
-            "fit_joint_law",
-            "joint_law",
-            "r_squared",
-        ),
+        ".fit": ("PAPER_DIMENSION_LAWS", "dimension_law", "fit_dimension_law", "fit_joint_law"),
+        ".cost": ("optimal_allocation",),
     },
 )

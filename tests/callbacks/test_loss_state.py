@@ -9,15 +9,10 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from st_magnitude.callbacks import (
-    LOSS_STATE_FILENAME,
-    LossStateCallback,
-    LossStatsCallback,
-    load_loss_state,
-    loss_state_dict,
-    save_loss_state,
-)
-from st_magnitude.losses import CachedMWLoss, LossSimilarityWarning, MWLoss
+from st_magnitude.callbacks import LossStateCallback, LossStatsCallback, load_loss_state
+from st_magnitude.callbacks.loss_state import LOSS_STATE_FILENAME, loss_state_dict, save_loss_state
+from st_magnitude.losses import CachedMWLoss, MWLoss
+from st_magnitude.losses._common import LossSimilarityWarning
 from st_magnitude.losses.cached_l2dir import CachedL2DirLoss
 from st_magnitude.losses.l2dir import L2DirLoss
 from st_magnitude.losses.partial_norm_infonce import CachedPartialNormInfoNCELoss, PartialNormInfoNCELoss
@@ -144,25 +139,3 @@ def test_loss_stats_callback_logs_with_the_loss_prefix(tiny_model):
     logs = {"loss": 0.5}
     LossStatsCallback(loss).on_log(None, state, TrainerControl(), logs=logs)
     assert logs["l2dir_length_ratio_mean"] == 1.2346 and state.log_history[-1]["l2dir_length_ratio_mean"] == 1.2346
-
-
-def test_deprecated_l2dir_callback_warns_and_restores_its_old_checkpoints(tiny_model, tmp_path):
-    from st_magnitude.losses.l2dir import NAP_HEAD_DIRNAME, save_nap_head
-
-    # Given a checkpoint written by the old L2DirCallback (checkpoint-2/nap_head/)
-    torch.manual_seed(1)
-    trained = L2DirLoss(tiny_model)
-    save_nap_head(trained, tmp_path / "checkpoint-2" / NAP_HEAD_DIRNAME)
-    torch.manual_seed(2)
-    loss = L2DirLoss(tiny_model)
-    # When the deprecated callback resumes from it
-    with pytest.warns(DeprecationWarning, match="LossStateCallback, LossStatsCallback"):
-        from st_magnitude.callbacks_l2dir import L2DirCallback
-
-        callback = L2DirCallback(loss)
-    callback.on_train_begin(TrainingArguments(output_dir=str(tmp_path), report_to=[]), _state_at(2), TrainerControl())
-    # Then the head holds the saved weights
-    for name, value in loss_state_dict(trained).items():
-        torch.testing.assert_close(loss_state_dict(loss)[name], value, rtol=0, atol=0, msg=name)
-    with pytest.raises(ValueError, match="without a NAP head"), pytest.warns(DeprecationWarning):
-        L2DirCallback(torch.nn.Linear(2, 2))

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
 from st_magnitude.diagnostics import cross_evaluation, diagnose
 from st_magnitude.integrations.data import load_beir
 
-
-@pytest.fixture
-def toy(tmp_path):
-    folder = write_toy_beir(tmp_path / "toy", n_docs=24, n_queries=6)
-    write_toy_beir(folder, n_docs=24, n_queries=6, split="train", seed=1)
-    return folder
+pytestmark = pytest.mark.toy_beir(n_docs=24, n_queries=6, train_seed=1)
 
 
 def test_cross_evaluation_rank_equivalence(tiny_model_raw, tiny_bert_dir, toy):
@@ -37,10 +32,10 @@ def test_diagnose_writes_report_and_plots(tiny_model, toy, tmp_path):
     text = (out / "report.md").read_text()
     for needle in ("Cohen's d", "Component FIM", "Cross-evaluation", "norms_toy.png"):
         assert needle in text
-    # 12 pairs < 8n: never a recommendation, never "confident" (issue 12 item 1)
+    # 12 pairs < 8n: never a recommendation, never "confident"
     assert "**inconclusive: no recommendation** (N = 12 pairs is below the minimum" in text
     assert "recommendation: qnorm" not in text and "recommendation: dnorm" not in text
-    # the component-FIM table is one model's profile, not paper 000 Table 2 (issue 12 item 10)
+    # the component-FIM table is one model's profile, not paper 000 Table 2
     assert "not a reproduction of paper 000 Table 2" in text and "(paper 000 Table 2 formulas" not in text
     assert (out / "norms_toy.png").stat().st_size > 1000 and (out / "roc_toy.png").stat().st_size > 1000
     ds = diag.datasets[0]
@@ -86,9 +81,9 @@ def test_all_documents_relevant_leaves_cohens_d_undefined(tiny_model, tmp_path):
 
 
 def test_label_free_d_in_the_report_ranks_by_cosine(tiny_model_raw, toy, tmp_path):
-    # issue 12 item 4: the report's label-free d is the cosine-ranked one on the raw embeddings, and its line does
+    # the report's label-free d is the cosine-ranked one on the raw embeddings, and its line does
     # not carry the "> 0 favours qnorm" reading of the labelled d
-    from st_magnitude.diagnostics import label_free_doc_norm_cohens_d
+    from st_magnitude.diagnostics.norms import label_free_doc_norm_cohens_d
     from st_magnitude.evaluation.ir import encode_roles
     from st_magnitude.integrations.data import doc_text
     from st_magnitude.integrations.models import raw_model
@@ -105,7 +100,7 @@ def test_label_free_d_in_the_report_ranks_by_cosine(tiny_model_raw, toy, tmp_pat
 
 
 def test_kappa_pair_budget_defaults_to_8n(tiny_model, toy, tmp_path, monkeypatch):
-    # issue 12 item 1: the CLI / diagnose default budget comes from the embedding dim (8n), not a fixed 2000
+    # the CLI / diagnose default budget comes from the embedding dim (8n), not a fixed 2000
     import st_magnitude.diagnostics.kappa_rule as kappa_rule
 
     asked = []
@@ -123,7 +118,7 @@ def test_kappa_pair_budget_defaults_to_8n(tiny_model, toy, tmp_path, monkeypatch
 
 
 def test_compare_profiles_size_the_kappa_step_from_the_dim():
-    # issue 12 item 1: compare's quick/full κ steps use the 8n default (800 / 2000 were below it for n = 384)
+    # compare's quick/full κ steps use the 8n default (800 / 2000 were below it for n = 384)
     from st_magnitude.experiments.config import PROFILES, CompareConfig
 
     assert PROFILES["quick"]["kappa_pairs"] is None and PROFILES["full"]["kappa_pairs"] is None

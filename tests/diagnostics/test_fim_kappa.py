@@ -10,15 +10,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.diagnostics import (
+from st_magnitude.diagnostics import component_fim_table, recommend_normalization
+from st_magnitude.diagnostics.fim import (
     KAPPA_MIN_PAIRS_PER_DIM,
     component_fim,
-    component_fim_table,
     condition_number,
     fisher_matrix,
     kappa_min_pairs,
     pair_gradients,
-    recommend_normalization,
 )
 from st_magnitude.similarity import get_similarity
 
@@ -125,7 +124,7 @@ def test_minimum_pair_budget_is_8n():
 
 @pytest.mark.parametrize("n_pairs", [12, 20, 39])  # below 2n (damped, log10 κ ≈ 6 on both sides) and 2n ≤ N < 8n
 def test_below_the_minimum_the_verdict_is_inconclusive(n_pairs):
-    # Issue 12 item 1: at N < 2n damping made both log10 κ ≈ 6.0000004 and the old bootstrap (with replacement,
+    # At N < 2n damping once made both log10 κ ≈ 6.0000004 and the old bootstrap (with replacement,
     # ≈ 0.63·N distinct pairs per resample) still printed "confident"; just above 2n the sign was noise.
     q, d = _skewed_pairs(8, n=n_pairs, dim=5)  # 8n = 40
     res = recommend_normalization(q, d, n_bootstrap=50, seed=0)

@@ -7,7 +7,8 @@ import warnings
 import pytest
 import torch
 
-from st_magnitude.evaluation import DualSimilarityEvaluator, MagnitudeCollapseDetected
+from st_magnitude.evaluation import DualSimilarityEvaluator
+from st_magnitude.evaluation.dual import MagnitudeCollapseDetected
 
 
 def _data(n_q=8, n_d=40):

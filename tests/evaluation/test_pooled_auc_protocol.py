@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
-from st_magnitude.evaluation import PooledAUCEvaluator, per_query_auc, pooled_auc_pools, pooled_auc_score
+from st_magnitude.evaluation import PooledAUCEvaluator
+from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
 
 
 @settings(max_examples=60, deadline=None)

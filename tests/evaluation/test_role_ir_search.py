@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from st_magnitude import apply_similarity
-from st_magnitude.evaluation import RoleIREvaluator, exact_search, retrieval_metrics
+from st_magnitude.evaluation import RoleIREvaluator, exact_search
+from st_magnitude.evaluation.ir import retrieval_metrics
 from st_magnitude.similarity import get_similarity
 
 

@@ -12,14 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from st_magnitude import apply_similarity
-from st_magnitude.evaluation import (
-    EmbeddingStore,
-    encode_to_store,
-    exact_search,
-    search_recall,
-    topk_search,
-)
-from st_magnitude.evaluation.search import _update
+from st_magnitude.evaluation import encode_to_store, exact_search, topk_search
+from st_magnitude.evaluation.embeddings_store import EmbeddingStore
+from st_magnitude.evaluation.search import _update, search_recall
 from st_magnitude.similarity import get_similarity
 
 

@@ -6,8 +6,8 @@ import json
 import shutil
 
 import pytest
-from toy_beir import write_toy_beir
-from toy_compare import toy_compare_config
+from helpers.toy_beir import write_toy_beir
+from helpers.toy_compare import toy_compare_config
 
 from st_magnitude.cli import main
 from st_magnitude.experiments.compare import run_compare

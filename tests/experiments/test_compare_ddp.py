@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import build_tiny_bert_dir, build_tiny_st
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude.experiments.compare import run_compare
 from st_magnitude.experiments.config import CompareConfig
 
-SCRIPT = Path(__file__).with_name("compare_ddp_run.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "compare_ddp_run.py"
 REPO = Path(__file__).resolve().parents[2]
 #: |1 process − 2 processes| allowed (what was measured is printed with ``-s`` and quoted in docs/compare.md):
 #: metrics come from weights equal to ~1e-7; the loss is reduced in another order (MW at temperature 0.01: ~1e-6 rel).

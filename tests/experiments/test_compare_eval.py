@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
 from st_magnitude.experiments.config import CompareConfig

@@ -1,4 +1,4 @@
-"""Interrupting and re-running `st-magnitude compare` (issue 16 item 4) on a tiny model and toy BEIR folders.
+"""Interrupting and re-running `st-magnitude compare` on a tiny model and toy BEIR folders.
 
 Interruptions are made deterministic by raising KeyboardInterrupt (or sending SIGINT) from inside the loss's
 forward at a chosen step, i.e. in the middle of a training step, after the checkpoints before it were written.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.toy_beir import write_toy_beir
 from safetensors.torch import load_file
-from toy_beir import write_toy_beir
 
 from st_magnitude.cli.compare import INTERRUPTED
 from st_magnitude.experiments import compare as C
@@ -24,6 +24,8 @@ from st_magnitude.experiments import training as T
 from st_magnitude.experiments.config import CompareConfig
 
 REPO = Path(__file__).resolve().parents[2]
+#: Each test trains (and re-trains after an interruption) compare runs: minutes of CPU, outside the default run.
+pytestmark = pytest.mark.heavy
 STEPS, SAVE = 8, 2
 
 
@@ -321,7 +323,7 @@ sys.exit(main({argv!r}))
 
 
 def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch):
-    """Issue 12 item 10: --full is paper 000's recipe (App. B, Table 8) where one machine allows."""
+    """--full is paper 000's recipe (App. B, Table 8) where one machine allows."""
     from st_magnitude.cli import build_parser
     from st_magnitude.cli import compare as compare_cli
 

@@ -1,4 +1,4 @@
-"""One `st-magnitude compare` per output folder (issue 16 item 2): a live holder is named, a dead one is replaced."""
+"""One `st-magnitude compare` per output folder: a live holder is named, a dead one is replaced."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from toy_beir import write_toy_beir
-from toy_compare import toy_compare_config
+from helpers.toy_beir import write_toy_beir
+from helpers.toy_compare import toy_compare_config
 
 from st_magnitude.experiments.compare import run_compare
 from st_magnitude.experiments.lock import FolderLocked, OutputLock, pid_alive

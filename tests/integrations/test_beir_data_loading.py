@@ -5,16 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.toy_beir import write_toy_beir
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from toy_beir import write_toy_beir
 
 from st_magnitude.integrations.data import load_beir, subsample
-
-
-@pytest.fixture
-def toy(tmp_path):
-    return write_toy_beir(tmp_path / "toy")
 
 
 def test_load_reads_crlf_qrels_and_keeps_only_judged_queries(toy):

@@ -1,19 +1,15 @@
-"""Data-loading errors name the file, the line and what was expected (issue 16 items 3 and 5)."""
+"""Data-loading errors name the file, the line and what was expected."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from toy_beir import write_toy_beir
 
 from st_magnitude.integrations.data import load_beir, read_corpus, read_qrels, read_queries
 from st_magnitude.integrations.evaluate import evaluate_folders
 
-
-@pytest.fixture
-def toy(tmp_path):
-    return write_toy_beir(tmp_path / "toy", n_docs=60, n_queries=6)
+pytestmark = pytest.mark.toy_beir(n_docs=60, n_queries=6)
 
 
 def _replace_line(path, lineno: int, text: str) -> None:

@@ -1,4 +1,4 @@
-"""One data setting (data_home): the flag, $ST_MAGNITUDE_DATA, the user cache; the deprecated forms; the download."""
+"""One data setting (data_home): the flag, $ST_MAGNITUDE_DATA, the user cache; the download."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ import warnings
 from pathlib import Path
 
 import pytest
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 import st_magnitude
 from st_magnitude.integrations import data_home
 from st_magnitude.integrations.data_home import (
     DATA_ENV,
-    LEGACY_DATA_ENV,
     default_data_dir,
     download_beir,
     resolve_data_dir,
@@ -23,7 +22,7 @@ from st_magnitude.integrations.data_home import (
 
 @pytest.fixture(autouse=True)
 def _no_data_setting(monkeypatch, tmp_path):
-    for var in (DATA_ENV, LEGACY_DATA_ENV, "ST_MAGNITUDE_CACHE"):
+    for var in (DATA_ENV,):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -62,20 +61,6 @@ def test_the_flag_wins_then_the_variable_then_the_user_cache(data, tmp_path, mon
     monkeypatch.setenv(DATA_ENV, str(tmp_path / "gone"))
     with pytest.raises(FileNotFoundError, match=r"\$ST_MAGNITUDE_DATA\) does not exist"):
         resolve_data_dir()
-
-
-def test_the_old_variable_is_read_with_a_warning_saying_what_to_set(data, monkeypatch):
-    monkeypatch.setenv(LEGACY_DATA_ENV, str(data / "beir"))
-    with pytest.warns(DeprecationWarning, match=rf"set ST_MAGNITUDE_DATA={re.escape(str(data))} instead"):
-        root = resolve_data_dir()
-    assert root == data / "beir"
-    with pytest.warns(DeprecationWarning, match="the data folder now holds them under beir/"):
-        assert resolve_dataset("toy", root) == data / "beir" / "toy"
-    monkeypatch.setenv(DATA_ENV, str(data))  # the new variable wins, silently
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert resolve_data_dir() == data
-        assert resolve_dataset("toy") == data / "beir" / "toy"
 
 
 def test_datasets_are_found_by_path_or_by_name_and_the_split_is_checked(data, tmp_path, monkeypatch):
@@ -138,14 +123,6 @@ def test_an_interrupted_download_leaves_no_partial_dataset(data, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         download_beir("scifact", data / "beir")
     assert sorted(p.name for p in (data / "beir").iterdir()) == ["toy"]
-
-
-def test_an_earlier_versions_download_is_named_not_silently_used(data, tmp_path, monkeypatch):
-    old = tmp_path / "home" / ".cache" / "st_magnitude" / "beir" / "nq"
-    old.mkdir(parents=True)
-    _offline(monkeypatch)
-    with pytest.raises(FileNotFoundError, match=rf"earlier version downloaded it to {re.escape(str(old))}: move it"):
-        resolve_dataset("nq", data)
 
 
 def test_every_command_uses_the_one_resolver():

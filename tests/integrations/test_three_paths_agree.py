@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
 from st_magnitude.evaluation import RoleIREvaluator
@@ -22,10 +21,7 @@ from st_magnitude.integrations.mteb import (  # noqa: E402
     mteb_wrapper,
 )
 
-
-@pytest.fixture
-def toy(tmp_path):
-    return write_toy_beir(tmp_path / "toy", n_docs=30, n_queries=8)
+pytestmark = pytest.mark.toy_beir(n_docs=30, n_queries=8)
 
 
 def _three(model, folder, data, **sub):
@@ -99,7 +95,7 @@ def test_unknown_task_and_missing_folder(tiny_model, tmp_path):
         evaluate_mteb(tiny_model, [str(tmp_path / "missing" / "scifact")])
 
 
-def test_mteb_cli_shim_writes_mteb_results(tiny_model, toy, tmp_path, monkeypatch):
+def test_mteb_cli_writes_mteb_results(tiny_model, toy, tmp_path, monkeypatch):
     from st_magnitude.cli import main
 
     path = tmp_path / "model"

@@ -25,10 +25,10 @@ from st_magnitude.losses import (
     CachedMWLoss,
     CachedPartialNormInfoNCELoss,
     L2DirLoss,
-    LossSimilarityWarning,
     MWLoss,
     PartialNormInfoNCELoss,
 )
+from st_magnitude.losses._common import LossSimilarityWarning
 
 SENTS = TRAIN_SENTENCES
 

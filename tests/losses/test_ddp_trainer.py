@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).with_name("ddp_trainer_check.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "ddp_trainer_check.py"
 
 
 def _free_port() -> int:

@@ -16,12 +16,12 @@ from st_magnitude.losses import (
     CachedL2DirLoss,
     CachedMWLoss,
     CachedPartialNormInfoNCELoss,
-    InfoTNCollapseWarning,
     InfoTNLoss,
     L2DirLoss,
     MWLoss,
     PartialNormInfoNCELoss,
 )
+from st_magnitude.losses.info_tn import InfoTNCollapseWarning
 
 SENTS = ["the protein in cancer cell", "vitamin diet and heart risk", "coffee tea sleep", "exercise weight trial"]
 
@@ -132,3 +132,45 @@ def test_margin_contrastive_checks_columns_and_finiteness():
     p[3, 1] = float("nan")
     with pytest.raises(ValueError, match=r"column 1 \(positive\) rows \[3\]"):
         loss.compute_loss_from_embeddings([q, p], None)
+
+
+def test_the_deferred_finite_check_reads_its_flag_once_per_interval_and_names_the_rows_when_it_can():
+    """On an accelerator the loss accumulates its finiteness flag on the device and reads it (one host sync) every
+    FINITE_CHECK_INTERVAL calls; the class works on any device, so it is exercised here on CPU tensors."""
+    from st_magnitude.losses import _batch
+
+    good = [torch.randn(4, 3), torch.randn(4, 3)]
+    bad = [good[0], good[1].clone()]
+    bad[1][2, 0] = float("nan")
+    check = _batch.FiniteCheck()
+    # Given a NaN batch early in an interval: nothing is read (no sync) until the interval ends
+    check(bad, "L", "embeddings")
+    for _ in range(_batch.FINITE_CHECK_INTERVAL - 2):
+        check(good, "L", "embeddings")
+    # Then the read at the end of the interval raises, saying the batch is among the last ones
+    with pytest.raises(ValueError, match=rf"at least one of the last {_batch.FINITE_CHECK_INTERVAL} batches"):
+        check(good, "L", "embeddings")
+    # and when the batch at the read is the bad one, the error names its rows
+    for _ in range(_batch.FINITE_CHECK_INTERVAL - 1):
+        check(good, "L", "embeddings")
+    with pytest.raises(ValueError, match=r"column 1 \(positive\) rows \[2\]"):
+        check(bad, "L", "embeddings")
+    # a clean interval passes
+    for _ in range(_batch.FINITE_CHECK_INTERVAL):
+        check(good, "L", "embeddings")
+
+
+def test_the_duplicate_check_runs_on_the_first_calls_then_once_per_interval(caplog):
+    from st_magnitude.losses import _batch
+
+    unique, dup = torch.eye(4), torch.stack([torch.eye(4)[0]] * 4)
+    check = _batch.DuplicateCheck()
+    for _ in range(_batch.DUPLICATE_CHECK_FIRST):
+        check(unique, "L")
+    with caplog.at_level("WARNING", logger=_batch.__name__):
+        check(dup, "L")  # a call between two sampled ones: not checked
+        assert "exact duplicates" not in caplog.text
+        for _ in range(_batch.DUPLICATE_CHECK_INTERVAL - _batch.DUPLICATE_CHECK_FIRST - 2):
+            check(unique, "L")
+        check(dup, "L")  # the sampled call
+    assert "3 of 4 positives in this batch are exact duplicates" in caplog.text

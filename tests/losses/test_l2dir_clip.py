@@ -193,7 +193,8 @@ def test_clip_trainer_run_on_image_text_pairs(tiny_clip_st, tmp_path):
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
-    from st_magnitude.callbacks import LOSS_STATE_FILENAME, LossStateCallback
+    from st_magnitude.callbacks import LossStateCallback
+    from st_magnitude.callbacks.loss_state import LOSS_STATE_FILENAME
 
     dataset = Dataset.from_dict({"image": random_images(8), "text": TEXTS * 2})
     loss = L2DirLoss(tiny_clip_st, temperature=0.01, tn_temperature=0.02)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).with_name("dist_gather_check.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "dist_gather_check.py"
 
 
 def _free_port() -> int:
@@ -21,6 +21,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.heavy  # a 2-process torchrun launch
 def test_two_process_gather_equals_full_batch(tmp_path):
     pytest.importorskip("torch.distributed")
     out = tmp_path / "report.json"

@@ -16,13 +16,8 @@ from sentence_transformers.sentence_transformer.losses import (
 )
 
 from st_magnitude import apply_similarity
-from st_magnitude.losses import (
-    CachedMWLoss,
-    CachedPartialNormInfoNCELoss,
-    LossSimilarityWarning,
-    MWLoss,
-    PartialNormInfoNCELoss,
-)
+from st_magnitude.losses import CachedMWLoss, CachedPartialNormInfoNCELoss, MWLoss, PartialNormInfoNCELoss
+from st_magnitude.losses._common import LossSimilarityWarning
 
 SENTS = TRAIN_SENTENCES[:6]
 

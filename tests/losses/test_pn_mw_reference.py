@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-from st_magnitude.losses import MWLoss, PartialNormInfoNCELoss, pairwise_softplus_sum
-from st_magnitude.losses.mw import mw_negatives
+from st_magnitude.losses import MWLoss, PartialNormInfoNCELoss
+from st_magnitude.losses.mw import mw_negatives, pairwise_softplus_sum
 from st_magnitude.similarity import get_similarity
 
 F64 = torch.float64

@@ -11,7 +11,8 @@ from conftest import TINY_TRANSFORMER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.callbacks import LOSS_STATE_FILENAME, LossStateCallback
+from st_magnitude.callbacks import LossStateCallback
+from st_magnitude.callbacks.loss_state import LOSS_STATE_FILENAME
 from st_magnitude.losses.revela import RevelaLoss
 from st_magnitude.losses.revela_lm import load_lm_weights, save_lm_weights
 from st_magnitude.modules.revela_attention import (
@@ -500,32 +501,6 @@ def test_resume_without_saved_lm_raises(tmp_path):
         cb.on_train_begin(args, state, TrainerControl())
 
 
-def test_deprecated_lm_checkpoint_callback_warns_and_restores_its_old_checkpoints(tmp_path):
-    from transformers import TrainerControl, TrainerState, TrainingArguments
-
-    from st_magnitude.losses.revela_lm import LM_CHECKPOINT_DIR
-
-    # Given a checkpoint written by the old RevelaLMCheckpointCallback (checkpoint-3/revela_lm/)
-    trained = build_tiny_llama(seed=1)
-    save_lm_weights(trained, tmp_path / "checkpoint-3" / LM_CHECKPOINT_DIR)
-    loss = RevelaLoss(None, build_tiny_llama(seed=2))
-    # When the deprecated callback (old import path) resumes from it
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from st_magnitude.losses.revela import RevelaLMCheckpointCallback
-
-        cb = RevelaLMCheckpointCallback(loss)
-    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
-    assert any("st_magnitude.callbacks.revela" in m for m in messages)  # the name moved
-    assert any("use `from st_magnitude.callbacks import LossStateCallback`" in m for m in messages)  # deprecated
-    state = TrainerState()
-    state.global_step = 3
-    cb.on_train_begin(TrainingArguments(output_dir=str(tmp_path), report_to=[]), state, TrainerControl())
-    # Then the LM holds the saved weights
-    for (name, a), b in zip(trained.named_parameters(), loss.lm.parameters()):
-        assert torch.equal(a, b), name
-
-
 def test_cache_grad_false_keeps_loss_and_retriever_gradient(tiny_model):
     """Detaching pass 1 changes only where the LM's gradient flows: same loss, same gradient w.r.t. Sim."""
     ids, mask = lm_batch()
@@ -620,9 +595,8 @@ def test_other_supported_architectures(arch):
 
 def test_one_hot_sim_warns_that_the_retriever_gets_no_gradient(tiny_model):
     """At τ = 1e-4, spread-out cosines make every Sim row exactly one-hot: zero retriever gradient, and a warning."""
-    import warnings
 
-    from st_magnitude import ZeroRetrieverGradientWarning
+    from st_magnitude._warnings import ZeroRetrieverGradientWarning
 
     ids, mask = lm_batch()
     g = torch.Generator().manual_seed(0)

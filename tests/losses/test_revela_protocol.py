@@ -1,4 +1,4 @@
-"""What the paper-faithful Revela protocol needs (issue 14, claim 004): LM gradient checkpointing, LM clipping in the
+"""What the paper-faithful Revela protocol needs (paper 004's claim): LM gradient checkpointing, LM clipping in the
 Trainer, a raw-decoder retriever, LoRA on both models, the random-grouping control and the relevance diagnostics.
 
 Tiny random Llama models built in code, CPU, fp32.
@@ -160,7 +160,7 @@ def test_trainer_clips_the_lm_gradient_to_max_grad_norm(tmp_path, tiny_bert_dir,
     from conftest import build_tiny_st
     from transformers import AutoTokenizer
 
-    from st_magnitude.callbacks import RevelaLMGradClipCallback
+    from st_magnitude.callbacks.revela import RevelaLMGradClipCallback
 
     lm_tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
     model = build_tiny_st(tiny_bert_dir)
@@ -216,7 +216,7 @@ def test_clip_callback_unscales_gradients_the_trainer_left_scaled(tiny_model):
     from accelerate.optimizer import AcceleratedOptimizer
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from st_magnitude.callbacks import RevelaLMGradClipCallback
+    from st_magnitude.callbacks.revela import RevelaLMGradClipCallback
 
     lm = build_tiny_llama()
     loss = RevelaLoss(tiny_model, lm, temperature=0.05)

@@ -125,7 +125,7 @@ def test_check_projection_warns_on_tanh_dense(tiny_model_raw):
 
 def test_saved_model_loads_in_stock_st_without_plugin(stock_st):
     """Reload in a fresh interpreter that cannot import st_magnitude: same embeddings, no trust_remote_code."""
-    # Given a model with add_dimension_projection(96), encoded and saved (stock_st.build_jobs)
+    # Given a model with add_dimension_projection(96), encoded and saved (helpers/stock_st.build_jobs)
     job = stock_st["projected"]
     types = [m["type"] for m in json.loads((job.path / "modules.json").read_text())]
     assert "sentence_transformers.base.modules.dense.Dense" in types

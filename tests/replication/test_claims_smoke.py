@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import WORDS, build_tiny_bert_dir, build_tiny_st
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude.evaluation.stats import VERDICTS
 from st_magnitude.replication.claims import CLAIM_MODULES, get_claim, list_claims

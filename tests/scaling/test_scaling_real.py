@@ -40,7 +40,7 @@ def _scifact_subset(beir_dir, n_queries=10, n_distractors=80, seed=0):
 def test_minilm_projection_and_contrastive_entropy(minilm_dir, beir_dir, tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    from st_magnitude.evaluation.contrastive_entropy import ContrastiveEntropyEvaluator
+    from st_magnitude.evaluation.entropy import ContrastiveEntropyEvaluator
     from st_magnitude.modules.dimension_projection import add_dimension_projection
 
     torch.set_num_threads(1)

@@ -21,7 +21,8 @@ import warnings
 import torch
 
 from st_magnitude import model_similarity
-from st_magnitude.evaluation import DualSimilarityEvaluator, MagnitudeCollapseDetected, encode_roles, stats
+from st_magnitude.evaluation import DualSimilarityEvaluator, encode_roles, stats
+from st_magnitude.evaluation.dual import MagnitudeCollapseDetected
 from st_magnitude.integrations import raw_model
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import converted_infonce, fine_tune

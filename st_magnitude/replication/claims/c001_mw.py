@@ -7,7 +7,7 @@ whole NFCorpus corpus (ranks after the first ``negative_skip`` non-positives, so
 not taken as negatives), as the paper trains with 5 hard negatives (paper 001 §5.1). Each arm trains with early
 stopping on NFCorpus dev nDCG@10 (paper 001 §5.2). Every arm — and the untrained base — is evaluated by cosine on
 the full NFCorpus and SciFact test corpora: pooled ROC-AUC over the positives and each query's top
-``auc_negatives`` non-positives (paper 001 §5.1: 500, :func:`st_magnitude.evaluation.pooled_auc_pools`) and
+``auc_negatives`` non-positives (paper 001 §5.1: 500, :func:`st_magnitude.evaluation.auc.pooled_auc_pools`) and
 nDCG@10.
 """
 

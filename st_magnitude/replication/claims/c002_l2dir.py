@@ -15,8 +15,8 @@ import warnings
 import torch
 
 from st_magnitude.evaluation import stats
-from st_magnitude.losses import InfoTNCollapseWarning, L2DirLoss
-from st_magnitude.losses.info_tn import info_nce_loss
+from st_magnitude.losses import L2DirLoss
+from st_magnitude.losses.info_tn import InfoTNCollapseWarning, info_nce_loss
 from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import evaluate_all, fine_tune_and_eval
 from st_magnitude.replication.claims._shared import arm_summary, compare_metric, eval_sets, retrieval_profile

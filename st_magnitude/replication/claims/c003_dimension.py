@@ -4,8 +4,8 @@ Per seed and dimension D the same base gets a fresh :class:`~st_magnitude.module
 to 16× the hidden size, as the paper's grid) and is fine-tuned on the same NFCorpus train pairs with InfoNCE on
 cosine (:class:`~st_magnitude.losses.PartialNormInfoNCELoss`, scale 50 — the paper's Ettin-style cosine recipe);
 contrastive entropy (paper 003 §3.6.1: each (query, positive) against 256 seeded uniform corpus negatives,
-:func:`st_magnitude.evaluation.contrastive_entropy`) is measured on NFCorpus test — aligned with the training data,
-as the paper fits on aligned evaluation data. The untrained base (no projection) is scored the same way.
+:func:`st_magnitude.evaluation.entropy.contrastive_entropy`) is measured on NFCorpus test — aligned with the
+training data, as the paper fits on aligned evaluation data. The untrained base (no projection) is scored the same way.
 
 The law must beat the naive alternatives, not only fit: it is compared by AIC with a straight line in log D and with
 a constant (:func:`law_comparison`), and its prediction of the held-out largest dimensions is judged relative to the
@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from st_magnitude import apply_similarity
-from st_magnitude.evaluation import contrastive_entropy, encode_roles, sample_negatives, stats
+from st_magnitude.evaluation import contrastive_entropy, encode_roles, stats
+from st_magnitude.evaluation.entropy import sample_negatives
 from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.modules import DimensionProjection
 from st_magnitude.replication.claim import Claim

@@ -196,7 +196,7 @@ def run_seed(ctx: Context) -> dict:
     data = {g: revela_data(ctx, g) for g in ("bm25", "random")}
     history = {}
     for arm, grouping in ARMS.items():
-        from st_magnitude.callbacks import RevelaLMGradClipCallback
+        from st_magnitude.callbacks.revela import RevelaLMGradClipCallback
         from st_magnitude.data.revela import RevelaDataCollator, RevelaGroupBatchSampler
 
         set_seed(ctx.seed)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from st_magnitude.evaluation.contrastive_entropy import (
+from st_magnitude.evaluation.entropy import (
     ContrastiveEntropyEvaluator,
     contrastive_entropy,
     sample_negatives,
@@ -144,7 +144,7 @@ def test_query_subset_uses_only_given_queries(tiny_model_raw):
     assert value == pytest.approx((full.per_query["q1"] + full.per_query["q3"]) / 2, rel=1e-6)
 
 
-# --- issue 12 item 3: a recipe leaves the model serving what it trained, and the evaluator reads τ from it ---
+# --- a recipe leaves the model serving what it trained, and the evaluator reads τ from it ---
 def test_bert_recipe_model_is_served_and_scored_with_raw_dot(tiny_model_raw):
     from st_magnitude.losses import BertRecipeLoss
     from st_magnitude.model_info import training_temperature
@@ -204,7 +204,7 @@ def test_model_similarity_adapter_claims_no_gammas(tiny_model):
     """``similarity=None`` scores with ``model.similarity``: the adapter has both forms and no (fake) γ."""
     import torch
 
-    from st_magnitude.evaluation.contrastive_entropy import _ModelSimilarity
+    from st_magnitude.evaluation.entropy import _ModelSimilarity
     from st_magnitude.similarity import PowerNormSimilarity, Similarity
 
     sim = _ModelSimilarity(tiny_model)

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
 from st_magnitude.integrations.evaluate import evaluate_folders
 from st_magnitude.integrations.models import require_roles
 
-
-@pytest.fixture
-def toy(tmp_path):
-    return write_toy_beir(tmp_path / "toy", n_docs=30, n_queries=8)
+pytestmark = pytest.mark.toy_beir(n_docs=30, n_queries=8)
 
 
 def test_table_has_the_four_metrics_and_states_subsampling(saved_tiny, toy, capsys):

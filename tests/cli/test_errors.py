@@ -1,7 +1,7 @@
 """Bad invocations of every command: exit code 2, one line on stderr, no traceback, nothing left behind.
 
-Run in-process through ``st_magnitude.cli.main`` (fast); only SIGINT needs a subprocess. Issue 16 items 5 and 8,
-issue 12 item 7 (the similarity names a command accepts come from one place).
+Run in-process through ``st_magnitude.cli.main`` (fast); only SIGINT needs a subprocess. A wrong argument gets a
+clear error naming the allowed values, and the similarity names a command accepts come from one place.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude.cli import build_parser, main
 from st_magnitude.cli._args import similarity_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -135,7 +135,7 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
     Example::
 
         from sentence_transformers import SentenceTransformer
-        from st_magnitude.evaluation.contrastive_entropy import ContrastiveEntropyEvaluator
+        from st_magnitude.evaluation.entropy import ContrastiveEntropyEvaluator
 
         model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
         corpus = {f"d{i}": f"passage {i}" for i in range(300)}

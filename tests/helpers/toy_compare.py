@@ -1,5 +1,4 @@
-"""A small ``CompareConfig`` on the toy BEIR folders, shared by the ``st-magnitude compare`` tests (a plain module:
-a ``conftest.py`` here would shadow ``tests/conftest.py`` for the tests that ``from conftest import ...``)."""
+"""A small ``CompareConfig`` on the toy BEIR folders, shared by the ``st-magnitude compare`` tests."""
 
 from __future__ import annotations
 
