@@ -137,13 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+    from st_magnitude.callbacks import revela_callbacks
     from st_magnitude.data.revela import (
         RevelaDataCollator,
         RevelaGroupBatchSampler,
         build_revela_dataset,
         randomize_groups,
     )
-    from st_magnitude.losses.revela import RevelaLoss, revela_callbacks
+    from st_magnitude.losses.revela import RevelaLoss
     from st_magnitude.losses.revela_setup import REVELA_PROMPTS, build_decoder_retriever, revela_lora_config
     from st_magnitude.modules.revela_attention import active_pairs
 

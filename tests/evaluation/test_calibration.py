@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers.toy_beir import write_toy_beir
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss
-from toy_beir import write_toy_beir
 
 from st_magnitude.evaluation.calibration import (
     CALIBRATION_FILENAME,

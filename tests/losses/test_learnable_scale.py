@@ -18,7 +18,8 @@ from conftest import TRAIN_SENTENCES, build_tiny_st, cpu_training_args
 from sentence_transformers.base.modules import Normalize
 from torch import nn
 
-from st_magnitude.callbacks import LossStateCallback, ScaleLoggingCallback, current_scale
+from st_magnitude.callbacks import LossStateCallback, ScaleLoggingCallback
+from st_magnitude.callbacks.scale import current_scale
 from st_magnitude.losses import (
     CachedL2DirLoss,
     CachedMWLoss,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from st_magnitude.evaluation import pooled_auc_score
+from st_magnitude.evaluation.auc import pooled_auc_score
 from st_magnitude.replication.common import QueryPools, auc_stat
 
 

@@ -49,7 +49,8 @@ def mined_tuples(model, folder, *, n: int, n_negatives: int, skip: int, seed: in
     """``n`` seeded (query, positive, negative_1..negative_k) tuples from the train split of ``folder``: the negatives
     are the ``model``'s (cosine) top-ranked non-positives of the query over the whole corpus, after the first
     ``skip`` of them."""
-    from st_magnitude.integrations import doc_text, load_beir
+    from st_magnitude.data import doc_text
+    from st_magnitude.integrations import load_beir
 
     data = load_beir(folder, "train", on_missing="drop")
     qids = sorted(q for q in data.qrels if any(g > 0 for g in data.qrels[q].values()))
