@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._paths import check_model_folder
 from st_magnitude.convert import apply_similarity, carried_similarity, is_asymmetric, model_gammas
 from st_magnitude.integrations.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
 from st_magnitude.similarity import name_of_gammas
@@ -95,6 +96,7 @@ def inspect_model_code(model_name_or_path: str) -> dict[str, Any]:
     from sentence_transformers.util.file_io import load_file_path
 
     report: dict[str, Any] = {"own": {}, "foreign": [], "auto_map": [], "checked": True}
+    check_model_folder(model_name_or_path)  # a local folder: nothing it names may lead outside it (hub ids: no-op)
 
     def fetch(filename: str, subfolder: str = "") -> str | None:
         try:
@@ -237,6 +239,7 @@ def _load_path(path: str, device: str | None, trust_remote_code: bool):
     if Path(path).exists():
         if not (Path(path) / "modules.json").is_file() and not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a SentenceTransformer folder (no modules.json/config.json).")
+        check_model_folder(path)  # every sub-folder it names (and every symlink in it) stays inside it
     elif os.path.isabs(path) or path.startswith(".") or path.count("/") != 1:
         raise FileNotFoundError(f"model folder {path!r} does not exist (a hub id has the form 'organisation/name').")
     try:
