@@ -9,6 +9,7 @@ from __future__ import annotations
 from st_magnitude._lazy import lazy_exports
 
 __all__ = [
+    "MODULE_CLASSES",
     "ROLES",
     "DimensionProjection",
     "NAPHead",
@@ -21,6 +22,17 @@ __all__ = [
     "is_dimension_projection",
     "truncate_embeddings",
 ]
+
+#: The sentence-transformers module classes this package saves into model folders, by the dotted path a folder's
+#: ``modules.json`` (or a Router's ``types``) names them with. A loader imports a class a folder names in the
+#: ``st_magnitude.*`` namespace only when it is listed here, so a folder cannot make it import any other module of
+#: this package (and run that module's import-time code). ``tests/test_module_classes.py`` checks the list.
+MODULE_CLASSES: frozenset[str] = frozenset(
+    {
+        "st_magnitude.modules.role_normalize.RoleNormalize",
+        "st_magnitude.modules.nap_head.NAPHead",
+    }
+)
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
