@@ -37,6 +37,7 @@ from typing import Any
 from st_magnitude._files import write_json_atomic
 from st_magnitude._similarity_names import similarity_names, validate_similarity_name  # torch-free
 from st_magnitude.experiments import _dist
+from st_magnitude.experiments._write_failure import checkpoint_write_failure, model_save_failure
 from st_magnitude.experiments.lock import OutputLock
 from st_magnitude.integrations.data_home import resolve_data_dir, resolve_dataset  # the one data setting (stdlib only)
 
@@ -449,6 +450,11 @@ def train_run(
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=callbacks)
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+    except (OSError, RuntimeError) as exc:  # a full disk during a checkpoint: remove it, say so in one line
+        failure = checkpoint_write_failure(exc, ckpt_dir, whole_checkpoints)
+        if failure is None:
+            raise
+        raise failure from exc
     finally:
         hook.remove()
     info = {
@@ -468,7 +474,13 @@ def train_run(
     def finish() -> None:  # rank 0 writes; the others wait so nobody reads a half-written run
         if model_dir.exists():
             shutil.rmtree(model_dir)
-        model.save(str(model_dir))
+        try:
+            model.save(str(model_dir))
+        except Exception as exc:  # noqa: BLE001 - a write error becomes one OSError; anything else is re-raised
+            failure = model_save_failure(exc, model_dir)
+            if failure is None:
+                raise
+            raise failure from exc
         write_json_atomic(run_dir / "train.json", info)
         (model_dir / ".complete").write_text("ok")
         shutil.rmtree(ckpt_dir, ignore_errors=True)
