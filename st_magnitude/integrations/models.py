@@ -264,18 +264,23 @@ def _load_path(path: str, device: str | None, trust_remote_code: bool):
             return SentenceTransformer(path, device=device, trust_remote_code=True)
         return _load_untrusted(path, device)
     except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) refused a pickle weights file
-        detail = next((ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln), _first_line(exc))
-        raise ValueError(
-            f"{path}: a weights file (pytorch_model.bin, here or in a module folder) is a pickle that torch refuses "
-            f"to load safely ({detail}); nothing in it was run. Load only a trusted copy, and re-save it with "
-            "model.save() so its weights are safetensors."
-        ) from None
+        raise unsafe_pickle_error(path, exc) from None
     except OSError as exc:
         if Path(path).exists():
             raise
         raise FileNotFoundError(
             f"model {path!r} is not a local folder and could not be loaded from the Hugging Face Hub (offline?): {exc}"
         ) from exc
+
+
+def unsafe_pickle_error(path: str | os.PathLike, exc: BaseException) -> ValueError:
+    """The one-line error for a pickle weights file that ``torch.load(weights_only=True)`` refused (``exc``)."""
+    detail = next((ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln), _first_line(exc))
+    return ValueError(
+        f"{path}: a weights file (pytorch_model.bin, here or in a module folder) is a pickle that torch refuses "
+        f"to load safely ({detail}); nothing in it was run. Load only a trusted copy, and re-save it with "
+        "model.save() so its weights are safetensors."
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -3,7 +3,8 @@
 Two files per run:
 
 - ``OUT/<claim>-<profile>-<UTC time>.json`` — everything, including per-seed per-arm per-query scores (and pooled
-  AUC pools) so the bootstrap can be redone; the partial file is rewritten after every seed.
+  AUC pools) so the bootstrap can be redone; the partial file is rewritten after every seed, and a killed run is
+  continued from it by the next run of the same configuration (:mod:`st_magnitude.replication.resume`).
 - ``RESULTS/<claim>-<profile>.json`` — the same without the per-item arrays (small; ``docs/replication.md`` is
   generated from these by ``st-magnitude replicate --report``).
 """
@@ -27,7 +28,8 @@ import torch
 
 from st_magnitude._files import write_json_atomic
 from st_magnitude.replication.claims import get_claim
-from st_magnitude.replication.common import Context, resolve_data_dir, resolve_device, set_seed
+from st_magnitude.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed
+from st_magnitude.replication.resume import find_resumable
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +133,9 @@ def run_claim(
         raise ValueError(f"seeds must be at least 1, got {seeds}")
     device, bf16 = resolve_device(device)
     data_dir = resolve_data_dir(data)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if model is not None:
+        check_model_arg(model)  # a missing or hostile --model is refused before anything is written
+    out = Path(out)  # created by the first write, so a run refused before its first seed leaves no folder
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = f"{claim_id}-{profile}" + (f"-{tag}" if tag else "")
     full_path = out / f"{name}-{stamp}.json"
@@ -156,9 +159,21 @@ def run_claim(
         "seeds": [],
         "status": "running",
     }
-    t0 = time.perf_counter()
+    wanted = list(range(first_seed, first_seed + seeds))
+    resumable = find_resumable(out, name, record, wanted)
+    previous_seconds = 0.0
+    if resumable is not None:  # a killed run of the same configuration: continue its file after its last seed
+        full_path, saved = resumable
+        done = [s["seed"] for s in saved["seeds"]]
+        logger.warning("resuming %s: seeds %s are done, running %s", full_path, done, wanted[len(done) :])
+        record["seeds"], record["started_utc"] = saved["seeds"], saved.get("started_utc", record["started_utc"])
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        record["resumed_utc"] = [*saved.get("resumed_utc", []), now]
+        previous_seconds = float(saved.get("wall_seconds", 0.0))
+        wanted = wanted[len(done) :]
+    t0 = time.perf_counter() - previous_seconds
     with tempfile.TemporaryDirectory(prefix=f"replicate-{claim_id}-") as work:
-        for seed in range(first_seed, first_seed + seeds):
+        for seed in wanted:
             set_seed(seed)
             ctx = Context(profile, settings, seed, data_dir, device, bf16, Path(work), model)
             ts = time.perf_counter()
