@@ -241,7 +241,7 @@ def training_pairs(folder: Path, n: int, seed: int) -> dict[str, list[str]]:
     split = next((s for s in ("train", "dev", "test") if (folder / "qrels" / f"{s}.tsv").is_file()), None)
     if split is None:
         raise FileNotFoundError(f"{folder} has no qrels to train on")
-    pairs = positive_pairs(load_beir(folder, split, on_missing="drop"))
+    pairs = positive_pairs(load_beir(folder, split))  # a row naming an unknown id is an error, not a dropped pair
     rng = random.Random(seed)
     rng.shuffle(pairs)
     # one positive per query per batch is what the no-duplicates sampler enforces; keep the pool large enough
