@@ -9,7 +9,6 @@ from __future__ import annotations
 from st_magnitude._lazy import lazy_exports
 
 __all__ = [
-    "MODULE_CLASSES",
     "ROLES",
     "DimensionProjection",
     "NAPHead",
