@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from st_magnitude.losses._batch import GatheredBatch
+from st_magnitude.losses._checks import positive_finite
 from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
 from st_magnitude.similarity import Similarity
 
@@ -106,8 +107,7 @@ def _auto_chunk(chunk_size: int | None, score_elements: int) -> int:
 
 
 def _check_mw_args(temperature: float, reduction: str, chunk_size: int | None) -> None:
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+    positive_finite("temperature", temperature, "scores are divided by it")
     if reduction not in MW_REDUCTIONS:
         raise ValueError(f"reduction must be one of {list(MW_REDUCTIONS)}, got {reduction!r}")
     if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size > 0):

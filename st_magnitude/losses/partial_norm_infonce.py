@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from st_magnitude.losses._batch import GatheredBatch
+from st_magnitude.losses._checks import positive_finite
 from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
 from st_magnitude.similarity import Similarity
 
@@ -131,8 +132,7 @@ class PartialNormInfoNCELoss(FamilyLoss):
                 )
                 trainer.train()
         """
-        if not (isinstance(scale, (int, float)) and scale > 0):
-            raise ValueError(f"scale must be a positive number (inverse temperature), got {scale!r}")
+        positive_finite("scale", scale, "inverse temperature")
         super().__init__(model, similarity, gather_across_devices)
         self.scale = float(scale)
 
