@@ -63,7 +63,8 @@ def open_memmap(file, mode="r+", *args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return out
 np.lib.format.open_memmap = open_memmap
-encode_to_store(Fake(3 if point == "in the third block" else None), texts, path, block_size=10, show_progress_bar=False)
+model = Fake(3 if point == "in the third block" else None)
+encode_to_store(model, texts, path, block_size=10, show_progress_bar=False)
 """
 )
 namespace: dict = {}
