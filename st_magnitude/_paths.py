@@ -5,7 +5,9 @@ A saved SentenceTransformer folder names sub-folders in its own files: each ``mo
 corrupted folder can name ``../victim``, ``/etc`` or a symlink that points outside; code that reads, writes or deletes
 those folders (``strip`` removes the folders of dropped modules) would then act outside the model.
 :func:`check_model_folder` resolves every such path (symlinks included) and raises :class:`UnsafeModelPathError`
-before anything is read, written or deleted. Standard library only.
+before anything is read, written or deleted. The one symlink that may lead outside is a file of a Hugging Face
+cache snapshot (``<repo>/snapshots/<revision>``) pointing into its repository's ``blobs`` folder. Standard library
+only.
 """
 
 from __future__ import annotations
@@ -92,13 +94,18 @@ def check_model_folder(root: str | os.PathLike) -> None:
     if not root.is_dir():
         return
     base = root.resolve()
+    # a Hugging Face cache snapshot (<repo>/snapshots/<revision>) links its files to <repo>/blobs: those may stay
+    blobs = base.parent.parent / "blobs" if base.parent.name == "snapshots" else None
     for dirpath, dirnames, filenames in os.walk(root):  # does not descend into symlinked folders
         for name in dirnames + filenames:
             path = Path(dirpath, name)
             if path.is_symlink():
                 target = path.resolve()
-                if target != base and base not in target.parents:
-                    raise _refuse(root, "the symlink", path.relative_to(root).as_posix())
+                if target == base or base in target.parents:
+                    continue
+                if blobs is not None and target.parent == blobs and target.is_file():
+                    continue
+                raise _refuse(root, "the symlink", path.relative_to(root).as_posix())
     modules_file = root / "modules.json"
     if not modules_file.is_file():
         return

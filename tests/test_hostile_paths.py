@@ -171,3 +171,17 @@ def test_contained_rejects_each_escape(tmp_path):
 def _one_error_line(err: str) -> bool:
     """One ``st-magnitude CMD: error: ...`` line and no traceback (progress bars of the loaders aside)."""
     return "Traceback" not in err and sum(line.startswith("st-magnitude ") for line in err.splitlines()) == 1
+
+
+def test_a_hugging_face_cache_snapshot_with_blob_links_passes(tmp_path):
+    repo = tmp_path / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (repo / "blobs" / "f00d").write_text("{}")
+    os.symlink("../../blobs/f00d", snapshot / "config.json")
+    check_model_folder(snapshot)
+    (repo / "blobs" / "dir").mkdir()
+    os.symlink("../../blobs/dir", snapshot / "1_Pooling")  # a folder link is no cache blob
+    with pytest.raises(UnsafeModelPathError, match="1_Pooling"):
+        check_model_folder(snapshot)
