@@ -37,7 +37,9 @@ from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
 from st_magnitude._files import write_json_atomic
+from st_magnitude._paths import check_model_folder, contained
 from st_magnitude._surgery import replace_modules
+from st_magnitude._swap import AtomicSwapUnavailable, exchange
 from st_magnitude._warnings import MagnitudeCollapseWarning
 from st_magnitude.model_card import update_model_card
 from st_magnitude.model_info import (
@@ -273,7 +275,9 @@ def strip_normalize(
 
     Works on a loaded model (returned, modified in place) or on a saved model folder, edited at file level without
     loading any weights (``output_path`` = where to write the stripped copy; ``None`` edits the folder in place,
-    atomically: the edited copy is built beside it and swapped in by renames; returns the folder's path).
+    atomically: the edited copy is built beside it and swapped in with one atomic exchange, so the folder names a
+    complete model at every instant; where the platform cannot swap atomically, in place is refused; returns the
+    folder's path). Every path the folder names must stay inside it (``UnsafeModelPathError`` otherwise).
 
     Warns with :class:`MagnitudeCollapseWarning`: a cosine-pretrained model's norms were never trained, and
     fine-tuning it with a magnitude-keeping similarity on little data can collapse (paper 000 App. F, N.3).
@@ -353,6 +357,7 @@ def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str
     modules_file = src / "modules.json"
     if not modules_file.is_file():
         raise FileNotFoundError(f"{src} is not a saved SentenceTransformer folder (no modules.json)")
+    check_model_folder(src)  # every path it names stays inside it: nothing outside is read, copied or deleted
     if dst is not None and dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise FileExistsError(f"output_path {dst} exists and is not empty")
     target = (dst if dst is not None else src).absolute()
@@ -363,14 +368,15 @@ def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str
         shutil.copytree(src, stage, dirs_exist_ok=True, copy_function=_link_or_copy if dst is None else shutil.copy2)
         removed, inner = _strip_staged(stage, similarity_fn_name)
         if dst is None:
-            backup = src.with_name(f".{src.name}.strip-old-{os.getpid()}")
-            os.rename(src, backup)
-            try:
-                os.rename(stage, src)
-            except OSError:
-                os.rename(backup, src)
-                raise
-            shutil.rmtree(backup, ignore_errors=True)
+            try:  # one atomic swap: ``src`` names a complete model (the old or the stripped one) at every instant
+                exchange(stage, src)
+            except AtomicSwapUnavailable as exc:
+                raise AtomicSwapUnavailable(
+                    exc.errno,
+                    f"cannot strip {src} in place: {exc.strerror}, and replacing a folder by two renames would leave "
+                    "no model if interrupted between them; write a copy instead (--output / output_path)",
+                ) from None
+            shutil.rmtree(stage, ignore_errors=True)  # now the old model
         else:
             if dst.exists():
                 dst.rmdir()
@@ -393,12 +399,12 @@ def _strip_staged(root: Path, similarity_fn_name: str) -> tuple[int, int]:
     removed = len(dropped)
     for i, entry in enumerate(kept):
         if entry.get("type", "").endswith(".Router"):
-            r, n = _strip_router_folder(root / entry.get("path", ""), at_end=i == len(kept) - 1)
+            r, n = _strip_router_folder(contained(root, entry.get("path", ""), "Router path"), i == len(kept) - 1)
             removed += r
             inner += n
     write_json_atomic(root / "modules.json", kept)
     for entry in dropped:
-        folder = root / entry.get("path", "")
+        folder = contained(root, entry.get("path", ""), "modules.json path")
         if entry.get("path") and folder.is_dir():
             shutil.rmtree(folder)
     cfg_file = root / "config_sentence_transformers.json"
@@ -430,8 +436,9 @@ def _strip_router_folder(folder: Path, at_end: bool = True) -> tuple[int, int]:
     used = {k for keys in structure.values() for k in keys}
     for key in [k for k, t in types.items() if _is_normalize_type(t) and k not in used]:
         types.pop(key)
-        if (folder / key).is_dir():
-            shutil.rmtree(folder / key)
+        module_dir = contained(folder, key, "router_config.json types key")
+        if key and module_dir.is_dir():
+            shutil.rmtree(module_dir)
     if removed:
         write_json_atomic(cfg_file, cfg)
     return removed, inner

@@ -6,4 +6,5 @@ import sys
 
 from st_magnitude.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing this module (a model folder may name it) must not run the command
+    sys.exit(main())

@@ -136,6 +136,32 @@ def _model_fingerprint(model: Any) -> str:
     return h.hexdigest()
 
 
+def _read_progress(path: Path) -> dict[str, Any]:
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        int(state["done"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"'{path}' is not a progress file of encode_to_store ({exc}); pass resume=False to encode again."
+        ) from None
+    return state
+
+
+def _whole_file(path: Path, n: int, dtype: str, dim: Any) -> bool:
+    """Whether ``path`` is a complete ``.npy`` file of ``n`` rows of ``dim`` ``dtype`` values (header and size)."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, file_dtype = read(f)
+            offset = f.tell()
+    except (OSError, ValueError):
+        return False
+    if shape != (n, dim) or fortran or file_dtype != np.dtype(dtype):
+        return False
+    return path.stat().st_size >= offset + n * int(dim) * np.dtype(dtype).itemsize
+
+
 def encode_to_store(
     model: Any,
     texts: Sequence[str],
@@ -202,7 +228,7 @@ def encode_to_store(
     done = 0
     mm = None
     if resume and progress_file.is_file() and path.is_file():
-        state = json.loads(progress_file.read_text())
+        state = _read_progress(progress_file)
         diff = sorted(k for k in identity if state.get(k) != identity[k])
         if diff:
             raise ValueError(
@@ -213,10 +239,16 @@ def encode_to_store(
         if done >= n:
             logger.info("encode_to_store: '%s' is complete (%d rows)", path, n)
             return EmbeddingStore(path)
-        mm = np.lib.format.open_memmap(path, mode="r+")
-        if mm.shape[0] != n or mm.dtype != np.dtype(dtype):
-            raise ValueError(f"'{path}' holds {mm.shape} {mm.dtype}, expected {n} rows of {dtype}")
-        logger.info("encode_to_store: resuming '%s' at row %d of %d", path, done, n)
+        if _whole_file(path, n, dtype, state.get("dim")):
+            mm = np.lib.format.open_memmap(path, mode="r+")
+            logger.info("encode_to_store: resuming '%s' at row %d of %d", path, done, n)
+        elif done == 0:  # killed while the file was being created: nothing was recorded, start it again
+            logger.warning("encode_to_store: '%s' was interrupted while it was created; starting it again", path)
+        else:
+            raise ValueError(
+                f"'{path}' is shorter than {n} rows of {dtype} although {progress_file.name} records {done} done: "
+                "it was changed outside encode_to_store. Pass resume=False to encode it again."
+            )
     elif path.exists() and not resume:
         logger.info("encode_to_store: overwriting '%s'", path)
     elif path.exists():
@@ -239,10 +271,10 @@ def encode_to_store(
             emb = np.asarray(encode(list(texts[done:stop]), **kwargs))
             if emb.ndim != 2 or emb.shape[0] != stop - done:
                 raise ValueError(f"the encoder returned shape {emb.shape} for {stop - done} texts")
-            if mm is None:
+            if mm is None:  # the progress file first: a kill before the file is whole leaves "done": 0 behind it
                 path.parent.mkdir(parents=True, exist_ok=True)
-                mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(dtype), shape=(n, emb.shape[1]))
                 write_json_atomic(progress_file, {**identity, "dim": emb.shape[1], "done": 0}, indent=1)
+                mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(dtype), shape=(n, emb.shape[1]))
             if emb.shape[1] != mm.shape[1]:
                 raise ValueError(f"the encoder returned dimension {emb.shape[1]}, the file holds {mm.shape[1]}")
             if not np.isfinite(emb).all():

@@ -12,6 +12,7 @@ from typing import Any
 
 from st_magnitude._files import write_json_atomic
 from st_magnitude.experiments import _dist
+from st_magnitude.experiments._write_failure import checkpoint_write_failure, model_save_failure
 from st_magnitude.experiments.config import LOSSES, CompareConfig
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def training_pairs(folder: Path, n: int, seed: int) -> dict[str, list[str]]:
     split = next((s for s in ("train", "dev", "test") if (folder / "qrels" / f"{s}.tsv").is_file()), None)
     if split is None:
         raise FileNotFoundError(f"{folder} has no qrels to train on")
-    pairs = shuffled_pairs(load_beir(folder, split, on_missing="drop"), seed)
+    pairs = shuffled_pairs(load_beir(folder, split), seed)  # an unknown id is an error, not a dropped pair
     # one positive per query per batch is what the no-duplicates sampler enforces; keep the pool large enough
     pairs = pairs[: max(n * 3, n)]
     return {"anchor": [p[0] for p in pairs], "positive": [p[1] for p in pairs], "split": split}
@@ -249,6 +250,11 @@ def train_run(
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=callbacks)
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+    except (OSError, RuntimeError) as exc:  # a full disk during a checkpoint: remove it, say so in one line
+        failure = checkpoint_write_failure(exc, ckpt_dir, whole_checkpoints)
+        if failure is None:
+            raise
+        raise failure from exc
     finally:
         hook.remove()
     info = {
@@ -268,7 +274,13 @@ def train_run(
     def finish() -> None:  # rank 0 writes; the others wait so nobody reads a half-written run
         if model_dir.exists():
             shutil.rmtree(model_dir)
-        model.save(str(model_dir))
+        try:
+            model.save(str(model_dir))
+        except Exception as exc:  # noqa: BLE001 - a write error becomes one OSError; anything else is re-raised
+            failure = model_save_failure(exc, model_dir)
+            if failure is None:
+                raise
+            raise failure from exc
         write_json_atomic(run_dir / "train.json", info)
         (model_dir / ".complete").write_text("ok")
         shutil.rmtree(ckpt_dir, ignore_errors=True)

@@ -123,13 +123,15 @@ def validate_retrieval_data(
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each line, decoding UTF-8 line by line so a bad byte names its line."""
+    """(line number, text) of each line, decoding UTF-8 line by line so a bad byte names its line; a UTF-8 byte order
+    mark at the start of the file is dropped (editors on Windows write one)."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
-                yield lineno, raw.decode("utf-8")
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start}).") from None
+            yield lineno, text.removeprefix("\ufeff") if lineno == 1 else text  # a BOM is no part of the first id
 
 
 def _jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
@@ -147,6 +149,11 @@ def _jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
             raise ValueError(f"{path}:{lineno}: expected a JSON object {expected}, got {type(obj).__name__}.")
         if obj.get("_id") is None or obj.get("_id") == "":
             raise ValueError(f'{path}:{lineno}: no "_id" field; expected {expected}.')
+        if not isinstance(obj["_id"], (str, int)) or isinstance(obj["_id"], bool):
+            raise ValueError(
+                f'{path}:{lineno}: "_id" is a {type(obj["_id"]).__name__} ({obj["_id"]!r}); an id is a string (or an '
+                f'integer), e.g. "_id": "doc1". Fix that line ({expected}).'
+            )
         for key in ("text", "title"):
             if obj.get(key) is not None and not isinstance(obj[key], str):
                 raise ValueError(
@@ -200,9 +207,15 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
 
     The first row is the header (``query-id corpus-id score``) unless its score column is an integer.
     """
+    return read_qrels_lines(path)[0]
+
+
+def read_qrels_lines(path: str | os.PathLike) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]:
+    """:func:`read_qrels` and the line of each ``(query_id, doc_id)`` row (the last one, which wins)."""
     path = Path(path)
     expected = "3 tab-separated columns: query-id, corpus-id, integer score"
     qrels: dict[str, dict[str, int]] = {}
+    lines: dict[tuple[str, str], int] = {}
     first = True
     for lineno, line in _lines(path):
         if not line.strip():
@@ -219,7 +232,38 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
         if not row[0] or not row[1]:
             raise ValueError(f"{path}:{lineno}: empty query-id or corpus-id; expected {expected}.")
         qrels.setdefault(row[0], {})[row[1]] = int(row[2])
-    return qrels
+        lines[row[0], row[1]] = lineno
+    return qrels, lines
+
+
+def _check_qrels_rows(
+    folder: Path, split: str, corpus: dict, queries: dict, qrels: dict[str, dict[str, int]], lines: dict
+) -> None:
+    """Raise naming the first qrels row (file and line) whose document or query id does not exist."""
+    file = folder / "qrels" / f"{split}.tsv"
+    for (qid, did), lineno in sorted(lines.items(), key=lambda item: item[1]):
+        if did not in corpus:
+            what, fix = f"corpus-id {did!r} is not in {folder / 'corpus.jsonl'}", "add the document or fix the row"
+        elif qid not in queries:
+            what, fix = f"query-id {qid!r} is not in {folder / 'queries.jsonl'}", "add the query or fix the row"
+        else:
+            continue
+        n_d = len({d for rel in qrels.values() for d in rel if d not in corpus})
+        n_q = len([q for q in qrels if q not in queries])
+        raise ValueError(
+            f"{file}:{lineno}: {what} ({n_d} unknown document id(s), {n_q} unknown query id(s) in all); {fix}, or "
+            "pass on_missing='drop' (evaluate / mteb run: --on-missing drop) to drop such rows."
+        )
+
+
+def _check_some_relevant(file: Path, qrels: dict[str, dict[str, int]], lines: dict) -> None:
+    if not any(score > 0 for rel in qrels.values() for score in rel.values()):
+        first = min(lines.values(), default=1)
+        raise ValueError(
+            f"{file}:{first}: no row has a score > 0 ({sum(map(len, qrels.values()))} rows); a judgement counts as "
+            "relevant only with a positive score (BEIR, pytrec_eval), so nothing could be retrieved correctly. Fix "
+            "the score column (e.g. 1 for relevant)."
+        )
 
 
 def _is_int(text: str) -> bool:
@@ -261,9 +305,12 @@ def load_beir(
         )
     corpus = read_corpus(path / "corpus.jsonl")
     queries, query_lines = read_queries(path / "queries.jsonl")
-    qrels = read_qrels(path / "qrels" / f"{split}.tsv")
+    qrels, qrels_lines = read_qrels_lines(path / "qrels" / f"{split}.tsv")
+    if on_missing == "raise" and corpus and qrels:  # (an empty one is validate_retrieval_data's error)
+        _check_qrels_rows(path, split, corpus, queries, qrels, qrels_lines)
     # GenericDataLoader.load() would KeyError on a judged query missing from queries.jsonl; validate first
     corpus, queries, qrels = validate_retrieval_data(corpus, queries, qrels, on_missing=on_missing, name=path.name)
+    _check_some_relevant(path / "qrels" / f"{split}.tsv", qrels, qrels_lines)
     empty = [q for q, text in queries.items() if not (text or "").strip()]
     if empty:
         warnings.warn(

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import copy
 import importlib
-import importlib.util
 import json
 import logging
 import os
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._paths import check_model_folder
 from st_magnitude.convert import apply_similarity
 from st_magnitude.integrations.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
 from st_magnitude.model_info import carried_similarity, is_asymmetric, model_gammas
@@ -63,26 +64,39 @@ def _read_json(path: str | None) -> Any:
 
 
 def _own_class(ref: str) -> type | None:
-    """The class ``ref`` names when it is a torch module defined in this installed package, else ``None``.
+    """The class ``ref`` names when it is one of this package's module classes, else ``None``.
 
-    Only modules found inside this package's own folder are imported (a model cannot point elsewhere).
+    ``ref`` is checked against :data:`st_magnitude.modules.MODULE_CLASSES` *before* anything is imported: a folder
+    naming any other ``st_magnitude.*`` path (``st_magnitude.cli.__main__.X``) imports nothing.
     """
     import torch
 
-    import st_magnitude
+    from st_magnitude.modules import MODULE_CLASSES
 
+    if ref not in MODULE_CLASSES:
+        return None
     module_path, _, name = ref.rpartition(".")
-    if not module_path.startswith(_OWN_PREFIX) or not name:
-        return None
-    root = Path(st_magnitude.__file__).resolve().parent
-    try:
-        spec = importlib.util.find_spec(module_path)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin is None or root not in Path(spec.origin).resolve().parents:
-        return None
     cls = getattr(importlib.import_module(module_path), name, None)
     return cls if isinstance(cls, type) and issubclass(cls, torch.nn.Module) else None
+
+
+def _check_st_class(ref: str, where: str) -> None:
+    """Raise a ``ValueError`` when ``ref`` (a ``sentence_transformers.*`` path) names something that is not a module
+    class (``sentence_transformers.base.model.pickle`` is the ``pickle`` module: ST would call ``pickle.load``).
+    ST's own modules are imported to look; a path ST cannot import is left to ST's own error."""
+    import torch
+
+    module_path, _, name = ref.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module_path), name)
+    except (ImportError, AttributeError, ValueError):
+        return
+    if not (isinstance(obj, type) and issubclass(obj, torch.nn.Module)):
+        raise ValueError(
+            f"{where} names {ref!r}, which is not a sentence-transformers module class (it is "
+            f"{type(obj).__name__} {getattr(obj, '__name__', '')!s}); a module type names a class such as "
+            "'sentence_transformers.base.modules.normalize.Normalize'. Fix that entry of the model folder."
+        )
 
 
 def inspect_model_code(model_name_or_path: str) -> dict[str, Any]:
@@ -96,6 +110,7 @@ def inspect_model_code(model_name_or_path: str) -> dict[str, Any]:
     from sentence_transformers.util.file_io import load_file_path
 
     report: dict[str, Any] = {"own": {}, "foreign": [], "auto_map": [], "checked": True}
+    check_model_folder(model_name_or_path)  # a local folder: nothing it names may lead outside it (hub ids: no-op)
 
     def fetch(filename: str, subfolder: str = "") -> str | None:
         try:
@@ -105,7 +120,10 @@ def inspect_model_code(model_name_or_path: str) -> dict[str, Any]:
             return None
 
     def classify(ref: str, where: str) -> None:
-        if not isinstance(ref, str) or ref.startswith(_ST_PREFIX):
+        if not isinstance(ref, str):
+            raise ValueError(f"{where}: a module type must be a dotted class path, got {ref!r}")
+        if ref.startswith(_ST_PREFIX):
+            _check_st_class(ref, where)
             return
         cls = _own_class(ref)
         if cls is not None:
@@ -238,18 +256,36 @@ def _load_path(path: str, device: str | None, trust_remote_code: bool):
     if Path(path).exists():
         if not (Path(path) / "modules.json").is_file() and not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a SentenceTransformer folder (no modules.json/config.json).")
+        check_model_folder(path)  # every sub-folder it names (and every symlink in it) stays inside it
     elif os.path.isabs(path) or path.startswith(".") or path.count("/") != 1:
         raise FileNotFoundError(f"model folder {path!r} does not exist (a hub id has the form 'organisation/name').")
     try:
         if trust_remote_code:
+            inspect_model_code(path)  # trusted code may run, but a type that is no module class is still refused
             return SentenceTransformer(path, device=device, trust_remote_code=True)
         return _load_untrusted(path, device)
+    except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) refused a pickle weights file
+        raise unsafe_pickle_error(path, exc) from None
     except OSError as exc:
         if Path(path).exists():
             raise
         raise FileNotFoundError(
             f"model {path!r} is not a local folder and could not be loaded from the Hugging Face Hub (offline?): {exc}"
         ) from exc
+
+
+def unsafe_pickle_error(path: str | os.PathLike, exc: BaseException) -> ValueError:
+    """The one-line error for a pickle weights file that ``torch.load(weights_only=True)`` refused (``exc``)."""
+    detail = next((ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln), _first_line(exc))
+    return ValueError(
+        f"{path}: a weights file (pytorch_model.bin, here or in a module folder) is a pickle that torch refuses "
+        f"to load safely ({detail}); nothing in it was run. Load only a trusted copy, and re-save it with "
+        "model.save() so its weights are safetensors."
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def has_roles(model) -> bool:

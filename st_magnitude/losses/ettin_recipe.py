@@ -7,6 +7,7 @@ from typing import Any
 from torch import nn
 
 from st_magnitude.convert import set_training_similarity
+from st_magnitude.losses._checks import positive_finite
 from st_magnitude.losses.margin_contrastive import MarginContrastiveLoss
 
 __all__ = ["EttinRecipeLoss"]
@@ -50,8 +51,7 @@ class EttinRecipeLoss(MarginContrastiveLoss):
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
                 loss = EttinRecipeLoss(model, temperature=0.02)
         """
-        if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0):
-            raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        positive_finite("temperature", temperature, "logits are cosine / temperature")
         super().__init__(
             model,
             similarity="cosine",

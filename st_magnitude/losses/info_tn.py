@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -13,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, feature_rows
+from st_magnitude.losses._checks import positive_finite
 from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.modules.nap_head import NAPHead, NAPInputTap, modality_key
 from st_magnitude.similarity import get_similarity
@@ -40,9 +40,7 @@ class InfoTNCollapseWarning(UserWarning):
 
 
 def _check_temperature(name: str, value: float) -> float:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite float (scale = 1/{name}), got {value!r}")
-    return float(value)
+    return positive_finite(name, value, f"scale = 1/{name}")
 
 
 def _in_batch_labels(n_anchors: int, n_candidates: int, device: torch.device, labels: Tensor | None) -> Tensor:

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from st_magnitude.losses._batch import check_columns, check_finite
+from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, feature_rows
+from st_magnitude.losses._checks import positive_finite
 from st_magnitude.losses._common import set_roles
 from st_magnitude.similarity import Similarity, get_similarity
 
@@ -143,8 +144,7 @@ class MarginContrastiveLoss(nn.Module):
         super().__init__()
         self.model = model
         self.similarity = get_similarity(similarity)
-        if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0):
-            raise ValueError(f"scale must be a positive number (1/temperature), got {scale!r}")
+        positive_finite("scale", scale, "1/temperature")
         self.scale = float(scale)
         if in_batch_negatives not in IN_BATCH_NEGATIVES:
             raise ValueError(
@@ -165,6 +165,7 @@ class MarginContrastiveLoss(nn.Module):
         features = list(sentence_features)
         if len(features) < 2:
             raise ValueError(f"expected (query, positive, negative_1..k) columns, got {len(features)} column(s)")
+        check_columns([feature_rows(f) for f in features], type(self).__name__)  # before the model sees an empty batch
         if self.set_roles:
             features = set_roles(features)
         embeddings = [self.model(f)["sentence_embedding"] for f in features]
@@ -181,6 +182,14 @@ class MarginContrastiveLoss(nn.Module):
         check_columns([e.shape[0] for e in embeddings], type(self).__name__)
         check_finite(list(embeddings), type(self).__name__, owner=self)
         q, pos, negs = embeddings[0], embeddings[1], list(embeddings[2:])
+        if self.contrastive_weight > 0:  # the candidates are the batch's positives (and, with "all", its negatives)
+            check_has_negatives(q.shape[0], 1 + len(negs), type(self).__name__)  # one pair, nothing to rank against
+            if q.shape[0] <= 1 and self.in_batch_negatives == "positives" and self.margin_mse_weight == 0:
+                raise ValueError(
+                    f"{type(self).__name__}: a batch of one anchor has no negatives for the contrastive term (its "
+                    "candidates are the batch's positives) and no Margin-MSE term, so the loss is constant. Use a "
+                    "batch size of at least 2 or in_batch_negatives='all' to score the hard negatives too."
+                )
         out: dict[str, Tensor] = {}
         if self.margin_mse_weight > 0:
             out["margin_mse"] = self.margin_mse_weight * self.margin_mse(q, pos, negs, labels)

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
+from st_magnitude.losses._checks import positive_finite
 from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.modules.revela_attention import (
     REVELA_ATTENTION,
@@ -154,10 +155,8 @@ class RevelaLoss(nn.Module):
                 trainer.train()
         """
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0; got {temperature}")
-        if eps <= 0:
-            raise ValueError(f"eps must be > 0; got {eps}")
+        positive_finite("temperature", temperature, "attention logits are divided by it")
+        positive_finite("eps", eps, "keeps the norms away from 0")
         self.model = model
         self.lm = lm
         self.temperature = float(temperature)

@@ -11,6 +11,7 @@ import csv
 import importlib.util
 import logging
 import os
+import pickle
 import random
 import tempfile
 import time
@@ -111,6 +112,26 @@ def describe_model(name: str) -> str:
     return MODEL_ALIASES[name][2] if name in MODEL_ALIASES else name
 
 
+def check_model_arg(name: str) -> None:
+    """Refuse a ``--model`` that is missing, names paths outside its folder or names code outside
+    sentence-transformers and st-magnitude, before a run writes anything (a hub id is left to the loader)."""
+    from st_magnitude._paths import check_model_folder
+    from st_magnitude.integrations.models import check_model_code
+
+    path = _alias_path(name) or Path(name)
+    if not path.exists():
+        if os.path.isabs(name) or name.startswith(".") or name.count("/") > 1:
+            raise FileNotFoundError(
+                f"model {name!r} does not exist: name a model folder, an alias ({', '.join(MODEL_ALIASES)}) or a hub "
+                "id 'organisation/name'"
+            )
+        return
+    if not path.is_dir():
+        raise FileNotFoundError(f"model {name!r} is not a folder")
+    check_model_folder(path)
+    check_model_code(str(path))
+
+
 def base_model(name: str, *, device: str, max_seq_length: int, pooling: str = "mean"):
     """A SentenceTransformer for ``name``: an alias (``minilm``, ``bert-tiny``), an ST folder, or a Hugging Face
     folder/id (then Transformer + ``pooling`` pooling, no Normalize: a base that is *not* cosine-pretrained)."""
@@ -119,13 +140,18 @@ def base_model(name: str, *, device: str, max_seq_length: int, pooling: str = "m
     from sentence_transformers.sentence_transformer.modules import Pooling
 
     from st_magnitude.integrations import load_model
+    from st_magnitude.integrations.models import unsafe_pickle_error
 
     path = _alias_path(name) or Path(name)
     if (path / "modules.json").is_file():
         return load_model(str(path), device=device, max_seq_length=max_seq_length)
     if not path.exists() and (os.path.isabs(name) or name.startswith(".")):
         raise FileNotFoundError(f"model folder {name!r} does not exist")
-    transformer = Transformer(str(path), max_seq_length=max_seq_length)
+    check_model_arg(name)
+    try:
+        transformer = Transformer(str(path), max_seq_length=max_seq_length)
+    except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) refused a pickle weights file
+        raise unsafe_pickle_error(path, exc) from None
     if transformer.tokenizer.pad_token is None:  # decoder LMs (SmolLM2) ship without a pad token
         transformer.tokenizer.pad_token = transformer.tokenizer.eos_token
     pool = Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)

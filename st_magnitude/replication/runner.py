@@ -3,7 +3,8 @@
 Two files per run:
 
 - ``OUT/<claim>-<profile>-<UTC time>.json`` — everything, including per-seed per-arm per-query scores (and pooled
-  AUC pools) so every interval can be recomputed; the partial file is rewritten after every seed.
+  AUC pools) so every interval can be recomputed; the partial file is rewritten after every seed, and a killed run is
+  continued from it by the next run of the same configuration (:mod:`st_magnitude.replication.resume`).
 - ``RESULTS/<claim>-<profile>.json``, only when ``results`` is given — the same without the per-item arrays (small;
   ``docs/replication.md`` is generated from these by ``st-magnitude replicate --report``). A summary that holds
   more seeds than the new run is not replaced unless ``force``.
@@ -33,7 +34,8 @@ import torch
 
 from st_magnitude._files import write_json_atomic
 from st_magnitude.replication.claims import get_claim
-from st_magnitude.replication.common import Context, resolve_data_dir, resolve_device, set_seed
+from st_magnitude.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed
+from st_magnitude.replication.resume import find_resumable
 
 logger = logging.getLogger(__name__)
 
@@ -199,8 +201,9 @@ def run_claim(
         check_replace(Path(results) / f"{name}.json", seeds, force)
     device, bf16 = resolve_device(device)
     data_dir = resolve_data_dir(data)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if model is not None:
+        check_model_arg(model)  # a missing or hostile --model is refused before anything is written
+    out = Path(out)  # created by the first write, so a run refused before its first seed leaves no folder
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     full_path = out / f"{name}-{stamp}.json"
     record: dict[str, Any] = {
@@ -226,8 +229,20 @@ def run_claim(
     }
     logger.info("claim %s (%s): full result -> %s", claim_id, profile, full_path)
     total = Meter()
+    wanted = list(range(first_seed, first_seed + seeds))
+    resumable = find_resumable(out, name, record, wanted)
+    if resumable is not None:  # a killed run of the same configuration: continue its file after its last seed
+        full_path, saved = resumable
+        done = [s["seed"] for s in saved["seeds"]]
+        logger.warning("resuming %s: seeds %s are done, running %s", full_path, done, wanted[len(done) :])
+        record["seeds"], record["started_utc"] = saved["seeds"], saved.get("started_utc", record["started_utc"])
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        record["resumed_utc"] = [*saved.get("resumed_utc", []), now]
+        # the killed process's costs up to its last finished seed; record["resources"] counts this process only
+        record["resources_before_resume"] = [*saved.get("resources_before_resume", []), saved.get("resources")]
+        wanted = wanted[len(done) :]
     with tempfile.TemporaryDirectory(prefix=f"replicate-{claim_id}-") as work:
-        for seed in range(first_seed, first_seed + seeds):
+        for seed in wanted:
             set_seed(seed)
             ctx = Context(profile, settings, seed, data_dir, device, bf16, Path(work), model)
             meter = Meter()

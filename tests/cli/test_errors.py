@@ -94,7 +94,7 @@ BAD = [
     ("diagnose {model} --data {toy} --pairs-split trian --output {out}/d", "--pairs-split 'trian'"),
     ("diagnose {model} --data {toy} --n-pairs 0 --output {out}/d", "expected an integer >= 1"),
     ("diagnose {model} --data {toy} --output {file}", "is a file, not a folder"),
-    ("diagnose {model} --data {ghost} --no-kappa --output {out}/d", "missing from the corpus"),
+    ("diagnose {model} --data {ghost} --no-kappa --output {out}/d", "test.tsv:10: corpus-id 'ghost' is not in"),
     ("mteb run -m {model} -t {out}/missing --output-folder {out}/m", "does not exist"),
     ("mteb run -m {model} -t {ghost} --output-folder {out}/m", "--on-missing drop"),
     ("mteb run -m {model} --output-folder {out}/m", "needs -t"),

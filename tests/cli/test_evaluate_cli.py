@@ -52,7 +52,7 @@ def test_qrels_missing_ids_and_empty_corpus_via_cli(saved_tiny, toy, capsys):
     with open(toy / "qrels" / "test.tsv", "a", newline="") as f:
         f.write("q0\tghost\t1\r\n")
     assert main(["evaluate", str(saved_tiny), "--data", str(toy)]) == 2
-    assert "missing from the corpus" in capsys.readouterr().err
+    assert "test.tsv:18: corpus-id 'ghost' is not in" in capsys.readouterr().err
     assert main(["evaluate", str(saved_tiny), "--data", str(toy), "--on-missing", "drop"]) == 0
     (toy / "corpus.jsonl").write_text("")
     assert main(["evaluate", str(saved_tiny), "--data", str(toy)]) == 2

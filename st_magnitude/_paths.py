@@ -1,0 +1,120 @@
+"""Paths a model folder names must stay inside that folder.
+
+A saved SentenceTransformer folder names sub-folders in its own files: each ``modules.json`` entry's ``path``, a
+``Router``'s ``types`` keys (one sub-folder per module) and the ``structure`` routes that list them. A hostile or
+corrupted folder can name ``../victim``, ``/etc`` or a symlink that points outside; code that reads, writes or deletes
+those folders (``strip`` removes the folders of dropped modules) would then act outside the model.
+:func:`check_model_folder` resolves every such path (symlinks included) and raises :class:`UnsafeModelPathError`
+before anything is read, written or deleted. The one symlink that may lead outside is a file of a Hugging Face
+cache snapshot (``<repo>/snapshots/<revision>``) pointing into its repository's ``blobs`` folder. Standard library
+only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+__all__ = ["UnsafeModelPathError", "check_model_folder", "contained", "router_config"]
+
+
+class UnsafeModelPathError(ValueError):
+    """A path named by a model folder (or a symlink in it) leads outside that folder."""
+
+
+def _refuse(root: Path, what: str, value: object) -> UnsafeModelPathError:
+    return UnsafeModelPathError(
+        f"{root}: {what} {value!r} leads outside the model folder; refusing to read, write or delete it. "
+        "A saved model names only relative sub-folders inside itself: fix or remove that entry."
+    )
+
+
+def contained(root: str | os.PathLike, rel: object, what: str) -> Path:
+    """``root / rel`` after checking that ``rel`` is a relative path that resolves (symlinks followed) inside
+    ``root``; raises :class:`UnsafeModelPathError` naming ``what`` otherwise. ``""`` is ``root`` itself."""
+    root = Path(root)
+    if not isinstance(rel, str):
+        raise _refuse(root, what, rel) if rel is not None else UnsafeModelPathError(f"{root}: {what} is missing")
+    if "\x00" in rel or PurePosixPath(rel).is_absolute() or PureWindowsPath(rel).is_absolute() or ":" in rel[:2]:
+        raise _refuse(root, what, rel)
+    base = root.resolve()
+    target = (root / rel).resolve()
+    if target != base and base not in target.parents:
+        raise _refuse(root, what, rel)
+    return root / rel if rel else root
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}); expected a sentence-transformers config file.") from exc
+
+
+def router_config(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The config file of a saved ``Router`` in ``folder`` (``router_config.json``, else ST's older ``config.json``
+    with ``types``) and its content, or ``None`` when there is none."""
+    for name in ("router_config.json", "config.json"):
+        file = folder / name
+        if file.is_file():
+            cfg = _read_json(file)
+            if isinstance(cfg, dict) and (name == "router_config.json" or "types" in cfg):
+                return file, cfg
+    return None
+
+
+def _check_router(root: Path, folder: Path, where: str) -> None:
+    found = router_config(folder)
+    if found is None:
+        return
+    file, cfg = found
+    rel = file.relative_to(root).as_posix()
+    types = cfg.get("types") or {}
+    structure = cfg.get("structure") or {}
+    if not isinstance(types, dict) or not isinstance(structure, dict):
+        raise ValueError(f"{root}: {rel} must map 'types' and 'structure' to objects ({where})")
+    for key in types:
+        if not isinstance(key, str) or key in ("", ".", "..") or Path(key).name != key:
+            raise _refuse(root, f"{rel} types key", key)
+        contained(root, (folder / key).relative_to(root).as_posix(), f"{rel} types key")
+    for route, keys in structure.items():
+        if not isinstance(keys, list) or any(key not in types for key in keys):
+            raise ValueError(
+                f"{root}: {rel} route {route!r} must list keys of its 'types' ({sorted(types)}), got {keys!r}"
+            )
+
+
+def check_model_folder(root: str | os.PathLike) -> None:
+    """Raise :class:`UnsafeModelPathError` when anything ``root`` names leads outside it: a ``modules.json`` path,
+    a Router's ``types`` key or route entry, or a symlink anywhere in the folder. A folder without ``modules.json``
+    is checked for symlinks only. Reads only the folder's JSON files."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    base = root.resolve()
+    # a Hugging Face cache snapshot (<repo>/snapshots/<revision>) links its files to <repo>/blobs: those may stay
+    blobs = base.parent.parent / "blobs" if base.parent.name == "snapshots" else None
+    for dirpath, dirnames, filenames in os.walk(root):  # does not descend into symlinked folders
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            if path.is_symlink():
+                target = path.resolve()
+                if target == base or base in target.parents:
+                    continue
+                if blobs is not None and target.parent == blobs and target.is_file():
+                    continue
+                raise _refuse(root, "the symlink", path.relative_to(root).as_posix())
+    modules_file = root / "modules.json"
+    if not modules_file.is_file():
+        return
+    entries = _read_json(modules_file)
+    if not isinstance(entries, list):
+        raise ValueError(f"{modules_file}: expected a list of module entries, got {type(entries).__name__}")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{modules_file}: entry {i} is not an object: {entry!r}")
+        sub = contained(root, entry.get("path", ""), f"modules.json entry {i} path")
+        if str(entry.get("type", "")).endswith(".Router") and sub.is_dir():
+            _check_router(root, sub, f"modules.json entry {i}")

@@ -1,0 +1,127 @@
+"""`replicate` killed with SIGKILL mid-run resumes; a refused run leaves no folder behind.
+
+The kill is real: a child process runs the claim and sends itself SIGKILL right after the first seed's partial
+result was written (the moment a kill loses the most work). The next run of the same configuration continues that
+file and finishes with the seeds an uninterrupted run produces; a run with other settings starts clean in a new
+file and leaves the partial one and the committed summary as they were. Before, every run started over in a new
+file, and a run refused for its ``--model`` left an empty ``--out`` folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import WORDS, build_tiny_bert_dir
+from toy_beir import write_toy_beir
+
+from st_magnitude.cli import main
+from st_magnitude.replication.runner import run_claim
+
+REPO = Path(__file__).resolve().parents[2]
+CLAIM = "000-table5"
+TINY = {"train_pairs": 16, "batch_size": 4, "max_seq_length": 16, "n_boot": 20}
+
+_KILLED_CHILD = r"""
+import json, os, signal, sys
+import st_magnitude.replication.runner as runner
+real = runner.write_json_atomic
+def write_then_die(path, obj, *args, **kwargs):
+    real(path, obj, *args, **kwargs)
+    if obj.get("status") == "running" and len(obj["seeds"]) == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # right after the first seed was recorded
+runner.write_json_atomic = write_then_die
+kw = json.loads(sys.argv[1])
+runner.run_claim(kw.pop("claim"), **kw)
+"""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("replicate_resume")
+    data = root / "data"
+    for name in ("nfcorpus", "scifact"):
+        for split in ("train", "test"):
+            write_toy_beir(data / "beir" / name, n_docs=24, n_queries=8, split=split)
+    sts = data / "sts" / "stsbenchmark"
+    sts.mkdir(parents=True)
+    rng = random.Random(0)
+    for split, n in (("train", 24), ("test", 30)):
+        with open(sts / f"sts-{split}.csv", "w", encoding="utf-8") as f:
+            for i in range(n):
+                s1, s2 = (" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(2))
+                f.write(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{rng.uniform(0, 5):.3f}\t{s1}\t{s2}\n")
+    return build_tiny_bert_dir(root / "bert"), data
+
+
+def _kwargs(setup, out: Path, results: Path, **overrides) -> dict:
+    model, data = setup
+    return dict(
+        profile="cpu", seeds=2, data=str(data), out=str(out), results=str(results), device="cpu",
+        model=str(model), overrides={**TINY, **overrides}, command="st-magnitude replicate 000-table5 (test)",
+    )  # fmt: skip
+
+
+def _no_time(obj):
+    """``obj`` without its timings (``wall_seconds``, ``train_seconds``, ...): the only fields a re-run changes."""
+    if isinstance(obj, dict):
+        return {k: _no_time(v) for k, v in obj.items() if not k.endswith("seconds")}
+    return [_no_time(v) for v in obj] if isinstance(obj, list) else obj
+
+
+def _seeds(record: dict) -> list[dict]:
+    return _no_time(record["seeds"])
+
+
+@pytest.mark.slow  # three tiny claim runs and one child process: ~40 s on the shared 2-core machine
+def test_kill_9_after_a_seed_then_the_same_command_resumes_it(setup, tmp_path, caplog):
+    results = tmp_path / "results"
+    reference = run_claim(CLAIM, **_kwargs(setup, tmp_path / "ref", tmp_path / "ref-results"))
+
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_CHILD, json.dumps({"claim": CLAIM, **_kwargs(setup, out, results)})],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    (partial,) = [p for p in out.iterdir() if not p.name.startswith(".")]
+    saved = json.loads(partial.read_text())
+    assert saved["status"] == "running" and [s["seed"] for s in saved["seeds"]] == [0]
+    assert not results.exists()  # nothing committed by a killed run
+
+    other = run_claim(CLAIM, **_kwargs(setup, out, results, n_boot=21))  # other settings: cannot resume
+    assert "cannot resume" in caplog.text and "different settings" in caplog.text
+    assert other["full_result"] != str(partial) and json.loads(partial.read_text()) == saved
+    committed = (results / f"{CLAIM}-cpu.json").read_text()
+
+    caplog.clear()
+    resumed = run_claim(CLAIM, **_kwargs(setup, out, results))
+    assert "resuming" in caplog.text and resumed["full_result"] == str(partial)
+    assert _seeds(resumed) == _seeds(reference)  # seed 0 from before the kill, seed 1 run now: as uninterrupted
+    assert resumed["verdict"] == reference["verdict"] and _no_time(resumed["decision"]) == _no_time(
+        reference["decision"]
+    )
+    assert json.loads(partial.read_text())["status"] == "finished" and len(resumed["resumed_utc"]) == 1
+    assert (results / f"{CLAIM}-cpu.json").read_text() != committed  # replaced whole, by the finished run
+
+
+def test_a_refused_model_leaves_no_out_folder(setup, tmp_path, capsys):
+    model, data = setup
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    (hostile / "config.json").write_text(json.dumps({"auto_map": {"AutoModel": "evil.Model"}, "model_type": "bert"}))
+    for name, where in (("missing", str(tmp_path / "no-such-model")), ("hostile", str(hostile))):
+        out = tmp_path / f"out-{name}"
+        argv = ["replicate", CLAIM, "--model", where, "--data", str(data), "--out", str(out), "--seeds", "1"]
+        assert main([*argv, "--results", str(tmp_path / "results"), "--device", "cpu"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.count("error:") == 1, err
+        assert not out.exists(), f"{name}: {list(out.iterdir())}"
+    assert not (tmp_path / "results").exists()
