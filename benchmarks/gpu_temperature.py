@@ -74,6 +74,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="start no new run once the next one (as long as the last) would end past this many seconds",
     )
+    p.add_argument(
+        "--eval-corpus",
+        type=int,
+        default=None,
+        help="subsample each evaluation split to N documents (its judged ones kept; default: the full corpora)",
+    )
+    p.add_argument("--eval-queries", type=int, default=None, help="with --eval-corpus: queries per split")
     p.add_argument("--smoke", action="store_true", help="tiny CPU run: 3 steps, 2 seeds, subsampled evaluation")
     p.add_argument("--render", type=Path, default=None, metavar="JSON", help="only rewrite docs/temperature.md")
     args = p.parse_args(argv)
@@ -83,6 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.device = args.device or "cpu"
         args.steps, args.seeds, args.batch_size, args.max_seq_length = 2, 2, 8, 32
         args.mw_seeds, args.log_every, args.n_boot, args.auc_boot = 1, 1, 50, 20
+        args.eval_corpus, args.eval_queries = 40, 5
     args.mw_seeds = args.seeds if args.mw_seeds is None else args.mw_seeds
     if args.data is None:
         root = os.environ.get("ST_MAGNITUDE_DATA")
@@ -101,8 +109,9 @@ def load_eval(args) -> dict:
     sets = {}
     for name, splits in EVAL.items():
         loaded = {s: load_beir(args.data / name, s, on_missing="drop") for s in splits}
-        if args.smoke:  # one shared small corpus: the judged documents of a few queries per split + distractors
-            loaded = {s: subsample(d, max_corpus=40, max_queries=5, seed=0) for s, d in loaded.items()}
+        if args.eval_corpus:  # one shared corpus per dataset: each split's judged documents + seeded distractors
+            size = {"max_corpus": args.eval_corpus, "max_queries": args.eval_queries}
+            loaded = {s: subsample(d, **size, seed=0) for s, d in loaded.items()}
             corpus = {}
             for d in loaded.values():
                 corpus.update(d.corpus)
@@ -296,7 +305,13 @@ def render_markdown(res: dict) -> str:
     lines = [
         f"Generated from `{res.get('json_name', 'temperature_results.json')}` by `benchmarks/gpu_temperature.py` "
         f"({res['device']}; {cfg['steps']} steps × batch {cfg['batch_size']}, {cfg['seeds']} seeds, encoder lr "
-        f"{cfg['lr']:g}, log-scale lr {cfg['scale_lr']:g}{', SMOKE RUN' if cfg['smoke'] else ''}). Command: "
+        f"{cfg['lr']:g}, log-scale lr {cfg['scale_lr']:g}{', SMOKE RUN' if cfg['smoke'] else ''}"
+        + (
+            f", evaluation subsampled to {cfg['eval_corpus']} documents / {cfg['eval_queries']} queries per split"
+            if cfg.get("eval_corpus")
+            else ""
+        )
+        + "). Command: "
         f"`{res['command']}`; wall {res['wall_seconds']:.0f} s, CPU {res['cpu_seconds']:.0f} s.",
         *(["", f"Stopped by `--budget-s` {res['stopped_by_budget']}."] if res.get("stopped_by_budget") else []),
         "",
