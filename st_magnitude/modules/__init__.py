@@ -11,6 +11,7 @@ from st_magnitude._lazy import lazy_exports
 __all__ = [
     "ROLES",
     "DimensionProjection",
+    "MIPSAugment",
     "NAPHead",
     "NAPInputTap",
     "ProjectionActivationWarning",
@@ -34,6 +35,7 @@ __getattr__, __dir__ = lazy_exports(
             "is_dimension_projection",
             "truncate_embeddings",
         ),
+        ".mips_augment": ("MIPSAugment",),
         ".nap_head": ("NAPHead", "NAPInputTap"),
         ".role_normalize": ("ROLES", "RoleNormalize"),
     },
