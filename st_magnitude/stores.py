@@ -80,6 +80,11 @@ def preserved_metrics(model: SentenceTransformer) -> tuple[str, ...]:
     return ()
 
 
+def _check_margin(margin: float) -> None:
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 1.0):
+        raise ValueError(f"margin must be a finite number >= 1, got {margin!r}")
+
+
 def document_norm_bound(
     model: SentenceTransformer,
     documents: Sequence[str],
@@ -91,8 +96,7 @@ def document_norm_bound(
     Pass a sample of the corpus the model will index (or of its training documents); documents later indexed with a
     larger norm are ranked lower than trained under cosine / L2, and counted with a :class:`NormBoundWarning`.
     """
-    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 1.0):
-        raise ValueError(f"margin must be a finite number >= 1, got {margin!r}")
+    _check_margin(margin)
     if len(documents) == 0:
         raise ValueError("document_norm_bound needs at least one document to measure norms on")
     if any(isinstance(m, MIPSAugment) for m in model):
@@ -123,6 +127,7 @@ def prepare_for_store(
     augmentation already present is replaced.
     """
     _check_store(store)
+    _check_margin(margin)
     base = _without_augment(model)
     if len(base) != len(list(model)):
         replace_modules(model, base)

@@ -15,7 +15,7 @@ from st_magnitude.cli._args import (
     similarity_names,
 )
 
-# torch-free copies of st_magnitude.stores.STORES / DEFAULT_ROUTES (tests/test_deploy_cli.py checks they agree)
+# torch-free copies of st_magnitude.stores.STORES / DEFAULT_ROUTES (tests/serving/test_stores.py checks they agree)
 STORES = ("dot", "cosine", "l2")
 DEFAULT_ROUTES = ("document",)
 
@@ -113,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
     extra = [f"store={args.store}"]
     aug = [m for m in model if isinstance(m, MIPSAugment)]
     if aug:
-        extra.append(f"max_norm M={aug[0].max_norm:.6g} (loading needs trust_remote_code=True)")
+        extra.append(
+            f"max_norm M={aug[0].max_norm:.6g} (load with st_magnitude.integrations.load_model, or stock "
+            "SentenceTransformer(..., trust_remote_code=True))"
+        )
     if args.default_route:
         extra.append(f"default_route={args.default_route}")
     print(

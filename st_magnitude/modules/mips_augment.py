@@ -77,12 +77,12 @@ class MIPSAugment(ConfigWeightsModule):
 
     def augment(self, emb: Tensor, role: str) -> Tensor:
         """``[v, 0]`` for a query, ``[v, sqrt(max(M² − ‖v‖², 0))]`` for a document (computed in float64)."""
-        if emb.shape[-1] != self.dimension:
+        if not torch.jit.is_tracing() and emb.shape[-1] != self.dimension:
             raise ValueError(f"MIPSAugment expects {self.dimension}-d embeddings, got {emb.shape[-1]}-d")
         if role == "query":
             return torch.cat([emb, emb.new_zeros(*emb.shape[:-1], 1)], dim=-1)
         sq = emb.detach().double().pow(2).sum(-1, keepdim=True)
-        over = int((sq > self.max_norm**2).sum())
+        over = 0 if torch.jit.is_tracing() else int((sq > self.max_norm**2).sum())  # an ONNX graph only clamps
         if over:
             self.n_over_bound += over
             warnings.warn(

@@ -24,16 +24,17 @@ _MODELS: dict[str, Any] = {}
 
 @_emb.register("st-magnitude")
 class MagnitudeLanceEmbeddings(_emb.TextEmbeddingFunction):
-    """``name``: the model folder; ``trust_remote_code``: as for ``SentenceTransformer``."""
+    """``name``: the model folder (loaded with :func:`st_magnitude.integrations.load_model`, which loads this
+    package's own modules without ``trust_remote_code``); ``trust_remote_code``: for any other custom code."""
 
     name: str
     trust_remote_code: bool = False
 
     def _model(self) -> Any:
         if self.name not in _MODELS:
-            from sentence_transformers import SentenceTransformer
+            from st_magnitude.integrations.models import load_model
 
-            _MODELS[self.name] = SentenceTransformer(self.name, trust_remote_code=self.trust_remote_code)
+            _MODELS[self.name] = load_model(self.name, trust_remote_code=self.trust_remote_code)
         return _MODELS[self.name]
 
     def ndims(self) -> int:
