@@ -27,11 +27,19 @@ class MagnitudeChromaEmbeddingFunction(_types.EmbeddingFunction):
         self.model = model
         self.batch_size = batch_size
 
+    def _loaded(self) -> Any:
+        if self.model is None:
+            raise ValueError(
+                "this collection's st-magnitude embedding function was rebuilt from its saved config, which holds no "
+                "model: pass embedding_function=MagnitudeChromaEmbeddingFunction(model) to get_collection"
+            )
+        return self.model
+
     def __call__(self, input: Any) -> Any:
-        return list(encode_documents(self.model, list(input), self.batch_size))
+        return list(encode_documents(self._loaded(), list(input), self.batch_size))
 
     def embed_query(self, input: Any) -> Any:
-        return list(encode_queries(self.model, list(input), self.batch_size))
+        return list(encode_queries(self._loaded(), list(input), self.batch_size))
 
     @staticmethod
     def name() -> str:
@@ -42,7 +50,8 @@ class MagnitudeChromaEmbeddingFunction(_types.EmbeddingFunction):
 
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> MagnitudeChromaEmbeddingFunction:
-        raise ValueError("MagnitudeChromaEmbeddingFunction holds a loaded model: pass embedding_function= explicitly")
+        """A placeholder without a model (Chroma persists the config, not the model): it raises when called."""
+        return MagnitudeChromaEmbeddingFunction(None, config.get("batch_size", 32))
 
     def default_space(self) -> str:
         return "ip"
