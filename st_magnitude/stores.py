@@ -27,7 +27,8 @@ from sentence_transformers.base.modules import Router
 
 from st_magnitude._surgery import replace_modules
 from st_magnitude._warnings import NormBoundWarning
-from st_magnitude.convert import apply_similarity, model_gammas
+from st_magnitude.convert import apply_similarity
+from st_magnitude.model_info import model_gammas
 from st_magnitude.modules.mips_augment import MIPSAugment
 
 logger = logging.getLogger(__name__)

@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     if args.norm_margin < 1.0:
         raise SystemExit(f"--norm-margin must be >= 1, got {args.norm_margin}")
 
-    from st_magnitude.convert import model_gammas
     from st_magnitude.integrations.models import load_model
+    from st_magnitude.model_info import model_gammas
     from st_magnitude.modules.mips_augment import MIPSAugment
     from st_magnitude.stores import convert_for_store
 
