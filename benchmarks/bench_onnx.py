@@ -54,9 +54,10 @@ def main() -> int:
 
     from st_magnitude import apply_similarity
     from st_magnitude.data.text import doc_text
+    from st_magnitude.evaluation.ir import exact_search
     from st_magnitude.integrations.data import load_beir, subsample
     from st_magnitude.integrations.offline import offline_model_path
-    from st_magnitude.serving.agreement import reference_ranking, top_k_agreement
+    from st_magnitude.serving.agreement import top_k_agreement
     from st_magnitude.serving.onnx import OnnxEncoder, export_onnx
 
     torch.set_num_threads(args.threads)
@@ -88,7 +89,21 @@ def main() -> int:
             lambda: model.encode_document(docs, batch_size=bs, convert_to_numpy=True), args.repeat
         )
         od, o_wall, o_cpu = timed(lambda: enc.encode_document(docs, batch_size=bs), args.repeat)
-        ref = reference_ranking(model, queries, docs, 10)
+        # the package's exact search on the torch vectors (what reference_ranking computes, without re-encoding)
+        ids = [str(i) for i in range(len(docs))]
+        res = exact_search(
+            torch.from_numpy(tq),
+            torch.from_numpy(td),
+            [str(i) for i in range(len(queries))],
+            ids,
+            top_k=10,
+            score_fn=model.similarity,
+            ignore_identical_ids=False,
+        )
+        ref = [
+            [int(d) for d, _ in sorted(r.items(), key=lambda kv: (-kv[1], int(kv[0])))]
+            for r in (res[str(i)] for i in range(len(queries)))
+        ]
     s = oq.astype(np.float64) @ od.astype(np.float64).T
     got = [list(np.lexsort((np.arange(len(row)), -row))[:10]) for row in s]
     overlap, same = top_k_agreement(ref, got)
