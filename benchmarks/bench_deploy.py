@@ -47,31 +47,6 @@ STACK_NAMES = {
 }
 
 
-def memoise(model):
-    """Cache encode_query / encode_document per text on this instance (vectors unchanged)."""
-    import numpy as np
-
-    for role in ("query", "document"):
-        original = getattr(model, f"encode_{role}")
-        cache: dict[str, np.ndarray] = {}
-
-        def cached(texts, _orig=original, _cache=cache, convert_to_tensor=False, convert_to_numpy=True, **kw):
-            import torch
-
-            single = isinstance(texts, str)
-            texts = [texts] if single else list(texts)
-            todo = [t for t in dict.fromkeys(texts) if t not in _cache]
-            if todo:
-                for t, v in zip(todo, _orig(todo, convert_to_numpy=True, **kw)):
-                    _cache[t] = v
-            out = np.stack([_cache[t] for t in texts])
-            out = out[0] if single else out
-            return torch.from_numpy(out) if convert_to_tensor else out
-
-        setattr(model, f"encode_{role}", cached)
-    return model
-
-
 def exact_rank(q, d, metric: str, k: int) -> list[list[int]]:
     """Top-k by exact cosine / L2 / dot in float64 (ties: lower index first)."""
     import numpy as np
@@ -109,6 +84,7 @@ def main() -> int:
     from st_magnitude.integrations.data import load_beir, subsample
     from st_magnitude.integrations.offline import offline_model_path
     from st_magnitude.modules.mips_augment import MIPSAugment
+    from st_magnitude.serving.agreement import memoise_encodings as memoise
     from st_magnitude.serving.agreement import reference_ranking, stack_ranking, top_k_agreement
     from st_magnitude.stores import convert_for_store
 

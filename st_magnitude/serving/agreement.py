@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STACKS", "reference_ranking", "stack_ranking", "top_k_agreement"]
+__all__ = ["STACKS", "memoise_encodings", "reference_ranking", "stack_ranking", "top_k_agreement"]
 
 #: the stacks :func:`stack_ranking` drives
 STACKS = ("langchain", "llamaindex", "haystack", "chroma", "lancedb", "qdrant")
@@ -31,6 +31,33 @@ def reference_ranking(model: Any, queries: Sequence[str], documents: Sequence[st
     qids = [f"q{i}" for i in range(len(queries))]
     res = exact_search(q, d, qids, ids, top_k=k, score_fn=model.similarity, ignore_identical_ids=False)
     return [[int(i) for i, _ in sorted(res[qid].items(), key=lambda kv: (-kv[1], int(kv[0])))] for qid in qids]
+
+
+def memoise_encodings(model: Any) -> Any:
+    """Cache ``encode_query`` / ``encode_document`` per text on this instance (the vectors are unchanged).
+
+    For measurements that send one corpus through several stacks: each text is encoded once per role. Only this
+    instance's two methods are replaced; sentence-transformers itself is not patched.
+    """
+    for role in ("query", "document"):
+        original = getattr(model, f"encode_{role}")
+        cache: dict[str, np.ndarray] = {}
+
+        def cached(texts, _orig=original, _cache=cache, convert_to_tensor=False, convert_to_numpy=True, **kw):
+            import torch
+
+            single = isinstance(texts, str)
+            texts = [texts] if single else list(texts)
+            todo = [t for t in dict.fromkeys(texts) if t not in _cache]
+            if todo:
+                for t, v in zip(todo, _orig(todo, convert_to_numpy=True, **kw)):
+                    _cache[t] = v
+            out = np.stack([_cache[t] for t in texts])
+            out = out[0] if single else out
+            return torch.from_numpy(out) if convert_to_tensor else out
+
+        setattr(model, f"encode_{role}", cached)
+    return model
 
 
 def top_k_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> tuple[float, float]:
