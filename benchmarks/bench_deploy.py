@@ -61,6 +61,40 @@ def exact_rank(q, d, metric: str, k: int) -> list[list[int]]:
     return [list(np.lexsort((np.arange(len(row)), -row))[:k]) for row in s]
 
 
+def store_from_corpus(args, minilm, queries, docs, corpus_docs, cli_main, memoise) -> int:
+    """`convert qnorm --store cosine` with M measured on the indexed corpus itself; the reference is the export's
+    exact dot ranking (its query coordinate is 0, so dot equals the trained qnorm score: the full run checks it)."""
+    from sentence_transformers import SentenceTransformer
+
+    from st_magnitude.modules.mips_augment import MIPSAugment
+    from st_magnitude.serving.agreement import top_k_agreement
+
+    t0, c0 = time.time(), time.process_time()
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
+        warnings.simplefilter("ignore")
+        norm_file = Path(tmp) / "corpus.jsonl"
+        norm_file.write_text("".join(json.dumps(d) + "\n" for d in corpus_docs), encoding="utf-8")
+        out = Path(tmp) / "qnorm-cosine"
+        cmd = ["convert", str(minilm), "qnorm", "--store", "cosine", "--norm-texts", str(norm_file), "-o", str(out)]
+        if cli_main(cmd) != 0:
+            sys.exit(f"st-magnitude {' '.join(cmd)} failed")
+        exported = memoise(SentenceTransformer(str(out), device="cpu", trust_remote_code=True))
+        exported.max_seq_length = args.max_seq_length
+        aug = next(m for m in exported if isinstance(m, MIPSAugment))
+        qv = exported.encode_query(queries, convert_to_numpy=True)
+        dv = exported.encode_document(docs, convert_to_numpy=True)
+    ref = exact_rank(qv, dv, "dot", 10)
+    print(
+        f"`--store cosine --norm-texts` = the {len(docs)} indexed documents: M = {aug.max_norm:.4f}, "
+        f"{aug.n_over_bound} documents above M"
+    )
+    for metric in ("cosine", "l2"):
+        ov, same = top_k_agreement(ref, exact_rank(qv, dv, metric, 10))
+        print(f"| exact {metric} | {ov:.2f} / {same:.2f} |")
+    print(f"wall {time.time() - t0:.0f} s, process CPU {time.process_time() - c0:.0f} s")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=None, help="BEIR folder (default $ST_MAGNITUDE_DATA/beir/scifact)")
@@ -71,6 +105,11 @@ def main() -> int:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default=None)
+    p.add_argument(
+        "--only-store-from-corpus",
+        action="store_true",
+        help="only `convert qnorm --store cosine --norm-texts <the indexed corpus>`: exact dot / cosine / L2 on it",
+    )
     args = p.parse_args()
 
     import torch
@@ -105,6 +144,8 @@ def main() -> int:
         m.max_seq_length = args.max_seq_length
         return m
 
+    if args.only_store_from_corpus:
+        return store_from_corpus(args, minilm, queries, docs, [data.corpus[d] for d in dids], cli_main, memoise)
     k, rows, store_rows, results = 10, [], [], {}
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
         warnings.simplefilter("ignore")
