@@ -15,7 +15,7 @@ from st_magnitude.modules import MIPSAugment
 def test_coordinates_match_a_loop():
     torch.manual_seed(0)
     emb = torch.randn(7, 5) * torch.rand(7, 1) * 3
-    m = 5.0
+    m = 1.5 * float(emb.norm(dim=1).max())  # every row within the bound
     aug = MIPSAugment(m, 5)
     doc = aug.augment(emb, "document")
     qry = aug.augment(emb, "query")
