@@ -17,9 +17,11 @@ __version__ = "0.1.0"
 __all__ = [
     "AsymmetricSimilarityWarning",
     "MagnitudeCollapseWarning",
+    "NormBoundWarning",
     "Similarity",
     "apply_similarity",
     "check_symmetric_use",
+    "convert_for_store",
     "get_similarity",
     "install_symmetry_guard",
     "is_asymmetric",
@@ -34,8 +36,9 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "._warnings": ("AsymmetricSimilarityWarning", "MagnitudeCollapseWarning"),
+        "._warnings": ("AsymmetricSimilarityWarning", "MagnitudeCollapseWarning", "NormBoundWarning"),
         ".similarity": ("Similarity", "get_similarity", "similarity_names"),
+        ".stores": ("convert_for_store",),
         ".convert": ("apply_similarity", "strip_normalize"),
         ".model_info": ("check_symmetric_use", "is_asymmetric", "model_similarity"),
         ".guard": ("install_symmetry_guard", "uninstall_symmetry_guard"),

@@ -18,3 +18,7 @@ class AsymmetricSimilarityWarning(UserWarning):
 
 class ZeroRetrieverGradientWarning(UserWarning):
     """A training signal that cannot reach the retriever (e.g. Revela's Sim is exactly one-hot in every row)."""
+
+
+class NormBoundWarning(UserWarning):
+    """A document's norm exceeds the bound M of a nearest-neighbour export, so its cosine / L2 rank is not exact."""

@@ -3,7 +3,8 @@
 The central decision (docs/architecture.md): every variant is ``s(q, d) = φ_γq(q) · φ_γd(d)``, so a model serving a
 variant emits φ_γq for queries and φ_γd for documents and is scored with a plain dot product. Then
 ``model.similarity(model.encode_query(q), model.encode_document(d))`` is the training similarity, and MTEB, BEIR,
-ST's ``InformationRetrievalEvaluator`` and any inner-product vector index score exactly what was trained.
+ST's ``InformationRetrievalEvaluator`` and an inner-product vector store fed through the two roles score exactly what
+was trained (cosine / L2 stores: :mod:`st_magnitude.stores`).
 
 Portable export: for γ ∈ {0, 1} only ST's built-in modules are used —
 

@@ -100,7 +100,13 @@ def test_docs_show_imports():
 
 def test_every_import_the_docs_show_works_without_deprecation(import_results):
     shown = list(zip(doc_imports(), import_results, strict=True))
-    broken = [f"{where}: {stmt!r} -> {result['error']}" for (where, stmt), result in shown if result["error"]]
+    # a serving adapter whose stack is not installed names the extra that installs it: not a broken doc import
+    absent = "pip install 'st-magnitude[deploy]'"
+    broken = [
+        f"{where}: {stmt!r} -> {result['error']}"
+        for (where, stmt), result in shown
+        if result["error"] and not (result["error"].startswith("ImportError") and absent in result["error"])
+    ]
     moved = [f"{where}: {stmt!r} -> {msg}" for (where, stmt), result in shown for msg in result["deprecations"]]
     assert not broken, "imports shown in the docs fail:\n" + "\n".join(broken)
     assert not moved, "the docs show old (deprecated) paths; show the new ones:\n" + "\n".join(moved)

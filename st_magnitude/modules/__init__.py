@@ -10,6 +10,7 @@ from st_magnitude._lazy import lazy_exports
 
 __all__ = [
     "DimensionProjection",
+    "MIPSAugment",
     "NAPHead",
     "RoleNormalize",
     "add_dimension_projection",
@@ -23,6 +24,7 @@ MODULE_CLASSES: frozenset[str] = frozenset(
     {
         "st_magnitude.modules.role_normalize.RoleNormalize",
         "st_magnitude.modules.nap_head.NAPHead",
+        "st_magnitude.modules.mips_augment.MIPSAugment",
     }
 )
 
@@ -30,6 +32,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         ".dimension_projection": ("DimensionProjection", "add_dimension_projection"),
+        ".mips_augment": ("MIPSAugment",),
         ".nap_head": ("NAPHead",),
         ".role_normalize": ("RoleNormalize",),
     },

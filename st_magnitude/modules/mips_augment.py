@@ -1,0 +1,106 @@
+"""``MIPSAugment``: one extra coordinate that makes cosine and L2 stores rank like the inner product.
+
+Maximum inner-product search reduces to nearest-neighbour search (Bachrach et al., RecSys 2014, "Speeding up the
+Xbox recommender system using a Euclidean transformation for inner-product spaces", Sec. 4, Theorem 1; they put
+the extra coordinate first, we append it): with M ≥ every document norm, a document becomes
+``[d, sqrt(M² − ‖d‖²)]`` and a query ``[q, 0]``. Every document then has norm M, so for one query
+
+- the cosine of the pair is ``q·d / (‖q‖ M)`` and
+- the squared L2 distance is ``‖q‖² + M² − 2 q·d``,
+
+both monotone in ``q·d`` with per-query constants: the top-k under cosine or L2 is the top-k of the trained
+``φ_γq(q) · φ_γd(d)``. The *scores* differ from the trained ones by those per-query constants.
+
+A document whose norm exceeds M gets 0 as its extra coordinate and keeps its norm ‖d‖ > M: under cosine it is
+scored ``q·d / (‖q‖ ‖d‖)`` — below its trained rank when ``q·d > 0`` — and under L2 it is pushed away by
+``‖d‖² − M²``. The module counts such documents (``n_over_bound``) and warns (:class:`NormBoundWarning`).
+
+No sentence-transformers built-in module can append a norm-dependent coordinate, so a saved model that holds this
+module loads in stock sentence-transformers only with st-magnitude installed and ``trust_remote_code=True``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from st_magnitude._warnings import NormBoundWarning
+from st_magnitude.modules._io import ConfigWeightsModule
+from st_magnitude.modules.role_normalize import _ROLE_ALIASES, ROLES
+
+
+class MIPSAugment(ConfigWeightsModule):
+    """Append ``sqrt(M² − ‖v‖²)`` to document embeddings and ``0`` to query embeddings.
+
+    Args:
+        max_norm: the bound M (> 0), at least the norm of every document the model will index.
+        dimension: the input embedding dimension (the output has one more).
+        default_role: the role of an ``encode()`` without a task (``"document"``, as ST's query/document Router).
+    """
+
+    config_keys: list[str] = ["max_norm", "dimension", "default_role"]
+    forward_kwargs: set[str] = {"task"}
+
+    def __init__(self, max_norm: float, dimension: int, default_role: str = "document") -> None:
+        super().__init__()
+        if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
+            raise ValueError(f"max_norm must be a finite number > 0, got {max_norm!r}")
+        if not (isinstance(dimension, int) and dimension > 0):
+            raise ValueError(f"dimension must be a positive integer, got {dimension!r}")
+        if default_role not in ROLES:
+            raise ValueError(f"default_role must be one of {ROLES}, got {default_role!r}")
+        self.max_norm = float(max_norm)
+        self.dimension = int(dimension)
+        self.default_role = default_role
+        self.n_over_bound = 0
+
+    def get_embedding_dimension(self) -> int:
+        return self.dimension + 1
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"max_norm": self.max_norm, "dimension": self.dimension, "default_role": self.default_role}
+
+    def resolve_role(self, task: Any) -> str:
+        if task is None:
+            return self.default_role
+        role = _ROLE_ALIASES.get(str(task).lower())
+        if role is None:
+            raise ValueError(
+                f"MIPSAugment got task {task!r}; valid roles are 'query' and 'document' (aliases: "
+                f"{sorted(_ROLE_ALIASES)}). Encode with encode_query / encode_document."
+            )
+        return role
+
+    def augment(self, emb: Tensor, role: str) -> Tensor:
+        """``[v, 0]`` for a query, ``[v, sqrt(max(M² − ‖v‖², 0))]`` for a document (computed in float64)."""
+        if not torch.jit.is_tracing() and emb.shape[-1] != self.dimension:
+            raise ValueError(f"MIPSAugment expects {self.dimension}-d embeddings, got {emb.shape[-1]}-d")
+        if role == "query":
+            return torch.cat([emb, emb.new_zeros(*emb.shape[:-1], 1)], dim=-1)
+        sq = emb.detach().double().pow(2).sum(-1, keepdim=True)
+        over = 0 if torch.jit.is_tracing() else int((sq > self.max_norm**2).sum())  # an ONNX graph only clamps
+        if over:
+            self.n_over_bound += over
+            warnings.warn(
+                f"{over} of {emb.shape[0] if emb.dim() > 1 else 1} document(s) have a norm above the bound "
+                f"M={self.max_norm:.6g} of this nearest-neighbour export: their extra coordinate is 0 and their norm "
+                "stays above M, so a cosine or L2 store ranks them lower than the trained similarity does (the "
+                "inner product still ranks them exactly). Re-export with a larger M if this is not rare.",
+                NormBoundWarning,
+                stacklevel=2,
+            )
+        extra = (self.max_norm**2 - sq).clamp_min(0.0).sqrt().to(emb.dtype)
+        return torch.cat([emb, extra], dim=-1)
+
+    def forward(self, features: dict[str, Tensor], task: str | None = None, **kwargs) -> dict[str, Tensor]:
+        if task is None:
+            task = features.get("task")
+        features["sentence_embedding"] = self.augment(features["sentence_embedding"], self.resolve_role(task))
+        return features
+
+    def __repr__(self) -> str:
+        return f"MIPSAugment(max_norm={self.max_norm:.6g}, dimension={self.dimension})"

@@ -1,0 +1,50 @@
+"""LlamaIndex: a ``BaseEmbedding`` that routes roles and checks the vector store's metric.
+
+LlamaIndex calls ``_get_query_embedding`` for queries and ``_get_text_embedding(s)`` for nodes, which map onto
+``encode_query`` / ``encode_document``. Its default ``SimpleVectorStore`` scores with cosine only, so
+``metric="cosine"`` is checked by default: a model that keeps document magnitude must be exported with
+``--store cosine`` first (or pass the metric of the vector store you use).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from st_magnitude.serving._encode import encode_documents, encode_queries
+from st_magnitude.serving.metric import import_stack, store_metric
+
+_base = import_stack("llama_index.core.embeddings", "llama-index-core")
+
+__all__ = ["MagnitudeLlamaIndexEmbedding"]
+
+
+class MagnitudeLlamaIndexEmbedding(_base.BaseEmbedding):
+    """Queries through ``model.encode_query``, nodes through ``model.encode_document``.
+
+    Args:
+        model: a loaded SentenceTransformer (converted by st-magnitude).
+        metric: the metric of the vector store the embeddings go to (``cosine`` for ``SimpleVectorStore``);
+            refused with a ValueError when the model does not rank as trained under it.
+    """
+
+    def __init__(self, model: Any, metric: str = "cosine", batch_size: int = 32, **kwargs: Any) -> None:
+        checked = store_metric(model, metric, "a LlamaIndex vector store")
+        super().__init__(model_name="st-magnitude", embed_batch_size=batch_size, **kwargs)
+        self._model = model
+        self._metric = checked
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MagnitudeLlamaIndexEmbedding"
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return encode_queries(self._model, [query], self.embed_batch_size)[0].tolist()
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return encode_documents(self._model, [text], self.embed_batch_size)[0].tolist()
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return encode_documents(self._model, texts, self.embed_batch_size).tolist()
