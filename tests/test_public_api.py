@@ -18,13 +18,13 @@ LIMIT = 80
 
 PUBLIC = {
     "st_magnitude": [
-        "AsymmetricSimilarityWarning", "MagnitudeCollapseWarning", "Similarity", "__version__", "apply_similarity",
-        "check_symmetric_use", "get_similarity", "install_symmetry_guard", "is_asymmetric", "model_similarity",
+        "AsymmetricSimilarityWarning", "MagnitudeCollapseWarning", "NormBoundWarning", "Similarity", "__version__",
+        "apply_similarity", "check_symmetric_use", "convert_for_store", "get_similarity", "install_symmetry_guard", "is_asymmetric", "model_similarity",
         "similarity_names", "strip_normalize", "truncate_model", "uninstall_symmetry_guard",
     ],
     "st_magnitude.callbacks": [
         "GammaLoggingCallback", "LossStateCallback", "LossStatsCallback", "RevelaDiagnosticsCallback",
-        "load_loss_state", "revela_callbacks",
+        "ScaleLoggingCallback", "load_loss_state", "revela_callbacks",
     ],
     "st_magnitude.data": [
         "BM25Scorer", "RevelaDataCollator", "RevelaGroupBatchSampler", "build_revela_dataset", "doc_text",
@@ -46,7 +46,7 @@ PUBLIC = {
         "InfoTNLoss", "L2DirLoss", "MWLoss", "MagnitudeMatryoshkaLoss", "MarginContrastiveLoss",
         "PartialNormInfoNCELoss", "RevelaLoss",
     ],
-    "st_magnitude.modules": ["DimensionProjection", "NAPHead", "RoleNormalize", "add_dimension_projection"],
+    "st_magnitude.modules": ["DimensionProjection", "MIPSAugment", "NAPHead", "RoleNormalize", "add_dimension_projection"],
     "st_magnitude.replication.claims": ["CLAIM_MODULES", "get_claim", "list_claims"],
     "st_magnitude.scaling": [
         "PAPER_DIMENSION_LAWS", "dimension_law", "fit_dimension_law", "fit_joint_law", "optimal_allocation",
