@@ -19,8 +19,9 @@ LIMIT = 80
 PUBLIC = {
     "st_magnitude": [
         "AsymmetricSimilarityWarning", "MagnitudeCollapseWarning", "NormBoundWarning", "Similarity", "__version__",
-        "apply_similarity", "check_symmetric_use", "convert_for_store", "get_similarity", "install_symmetry_guard", "is_asymmetric", "model_similarity",
-        "similarity_names", "strip_normalize", "truncate_model", "uninstall_symmetry_guard",
+        "apply_similarity", "check_symmetric_use", "convert_for_store", "get_similarity", "install_symmetry_guard",
+        "is_asymmetric", "model_similarity", "similarity_names", "strip_normalize", "truncate_model",
+        "uninstall_symmetry_guard",
     ],
     "st_magnitude.callbacks": [
         "GammaLoggingCallback", "LossStateCallback", "LossStatsCallback", "RevelaDiagnosticsCallback",
@@ -46,7 +47,9 @@ PUBLIC = {
         "InfoTNLoss", "L2DirLoss", "MWLoss", "MagnitudeMatryoshkaLoss", "MarginContrastiveLoss",
         "PartialNormInfoNCELoss", "RevelaLoss",
     ],
-    "st_magnitude.modules": ["DimensionProjection", "MIPSAugment", "NAPHead", "RoleNormalize", "add_dimension_projection"],
+    "st_magnitude.modules": [
+        "DimensionProjection", "MIPSAugment", "NAPHead", "RoleNormalize", "add_dimension_projection",
+    ],
     "st_magnitude.replication.claims": ["CLAIM_MODULES", "get_claim", "list_claims"],
     "st_magnitude.scaling": [
         "PAPER_DIMENSION_LAWS", "dimension_law", "fit_dimension_law", "fit_joint_law", "optimal_allocation",
