@@ -9,4 +9,3 @@ One module per stack, imported by name (nothing is re-exported here, to keep the
 ``serving.langchain``, ``serving.llamaindex``, ``serving.haystack``, ``serving.chroma``, ``serving.lancedb``,
 ``serving.qdrant``, ``serving.onnx``; ``serving.metric`` chooses the metric.
 """
-
