@@ -26,8 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("claim", nargs="?", help="claim id (see --list)")
     p.add_argument("--list", action="store_true", help="list the claims and exit")
     p.add_argument("--report", action="store_true", help=f"regenerate {DEFAULT_REPORT} from the result JSONs")
-    p.add_argument("--profile", default="cpu", choices=("cpu", "gpu"), help="cpu (small) or gpu (paper-faithful)")
-    p.add_argument("--seeds", type=int, default=3, help="number of training seeds (default 3)")
+    p.add_argument(
+        "--profile", default="cpu", choices=("cpu", "gpu"), help="cpu (small) or gpu (paper-faithful); default: cpu"
+    )
+    p.add_argument("--seeds", type=int, default=3, help="number of training seeds (default: 3)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--data", default=None, help="data folder holding beir/ and sts/ (default $ST_MAGNITUDE_DATA)")
     p.add_argument("--out", default="runs/replication", help="folder for the full result JSON (per-item scores)")
@@ -88,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     from st_magnitude.replication.runner import run_claim
 
     command = " ".join(shlex.quote(a) for a in ["st-magnitude", "replicate", *_argv_after("replicate")])
+    where = f"{args.out}" + (f" (summary in {results})" if results else "")
+    print(f"replicate {args.claim} ({args.profile}, {_count(args.seeds, 'seed')}): writing to {where}", flush=True)
     record = run_claim(
         args.claim,
         results=results,
@@ -95,11 +99,20 @@ def run(args: argparse.Namespace) -> int:
         overrides=overrides,
         **values(args, "profile", "seeds", "first_seed", "data", "out", "device", "model", "tag"),
     )
-    print(f"{record['claim']} ({record['profile']}, {len(record['seeds'])} seeds, {record['wall_seconds']:.0f} s): ")
+    n_seeds = _count(len(record["seeds"]), "seed")
+    print(f"{record['claim']} ({record['profile']}, {n_seeds}, {record['wall_seconds']:.0f} s):")
     print(f"  ours: {record['decision'].get('ours', '')}")
     print(f"  verdict: {record['verdict']}")
     print(f"  full result: {record['full_result']}")
+    if results:
+        name = f"{record['claim']}-{record['profile']}" + (f"-{record['tag']}" if record.get("tag") else "")
+        print(f"  summary: {Path(results) / name}.json")
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _argv_after(word: str) -> list[str]:

@@ -414,7 +414,7 @@ def train_run(
     model, _, _ = load_base_model(base_path, device, config.max_seq_length, config.trust_remote_code)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        apply_similarity(model, variant)
+        apply_similarity(model, variant, warn_on_strip=False)  # compare's own choice: its report shows the norms
     loss = build_loss(model, variant, loss_name, config)
     n = config.steps * config.batch_size
     data = Dataset.from_dict({"anchor": pairs["anchor"][: n * 2], "positive": pairs["positive"][: n * 2]})
@@ -667,15 +667,32 @@ def _run_locked(
         write_json_atomic(cfg_path, record)
 
     _dist.rank0_decides(write_config)  # a refusal there stops every process
+    log(f"output folder: {out}")
     log(f"base model: {base_desc} | device: {device} | profile: {config.profile}")
 
     for es in eval_sets:
-        log(f"eval {es.name}: {es.data!r}" + (f"  [{es.data.note}]" if es.data.note else ""))
+        log(f"eval {es.name}: {es.data!r}")  # the repr carries the subsample note
 
     kappa_path = out / "kappa.json"
+    eval_keys = {es.name: config.eval_key(eval_folders[es.name]) for es in eval_sets}
+    base_json = out / "base.json"
 
-    def run_kappa_step() -> dict | None:  # rank 0 only: the base model is not trained
+    def evaluate_base(base_model) -> dict:
+        """The untrained base model on the eval sets, the plots' reference (kept in base.json for resumed runs)."""
+        record = _read_json(base_json)
+        if record and record.get("eval") == json.loads(json.dumps(eval_keys)):
+            return record
+        log("untrained base model: evaluating it as the reference of the plots")
+        metrics, norms = evaluate_sets(base_model, eval_sets)
+        record = {"metrics": metrics, "norms": norms, "eval": eval_keys}
+        write_json_atomic(base_json, record)
+        return record
+
+    def run_base_and_kappa_step() -> tuple[dict, dict | None]:  # rank 0 only: the base model is not trained
         base_model = held.pop("base_model")  # freed when this returns
+        return evaluate_base(base_model), run_kappa_step(base_model)
+
+    def run_kappa_step(base_model) -> dict | None:
         if not config.kappa:
             return None
         kappa = _read_json(kappa_path)
@@ -705,7 +722,7 @@ def _run_locked(
         log(f"κ rule on the base model: {kappa['summary']}")
         return kappa
 
-    kappa = _dist.rank0_decides(run_kappa_step)
+    base, kappa = _dist.rank0_decides(run_base_and_kappa_step)
     held.clear()
 
     runs = [(v, loss) for loss in config.losses for v in config.variants if not (loss == "l2dir" and v != "cosine")]
@@ -714,7 +731,6 @@ def _run_locked(
     rows, all_norms = [], {}
     from tqdm.auto import tqdm
 
-    eval_keys = {es.name: config.eval_key(eval_folders[es.name]) for es in eval_sets}
     for variant, loss_name in tqdm(runs, desc="variants", unit="run", disable=not _dist.is_main()):
         run_id = f"{variant}-{loss_name}"
         run_dir = out / "runs" / run_id
@@ -791,8 +807,9 @@ def _run_locked(
         _dist.rank0_only(evaluate_and_record)  # the other processes wait here
 
     def report() -> dict[str, Any]:  # rank 0 writes the table and plots; every process returns the same result
-        summary = write_reports(out, rows, all_norms, kappa, config, eval_sets, base_desc, device)
+        summary = write_reports(out, rows, all_norms, kappa, config, eval_sets, base_desc, device, base=base)
         log(summary)
+        log(f"results in {out}: results.md, results.csv, plots/, runs/<run>/")
         return {"rows": rows, "kappa": kappa, "output_dir": str(out), "summary": summary}
 
     return _dist.rank0_decides(report)
@@ -831,6 +848,7 @@ def write_reports(
     eval_sets: Sequence[EvalSet],
     base_desc: str,
     device: str,
+    base: dict | None = None,
 ) -> str:
     from st_magnitude.experiments.plots import plot_bars, plot_norms
 
@@ -879,12 +897,18 @@ def write_reports(
         f"One seed ({config.seed}): no confidence intervals, so no difference above is shown to exceed noise; "
         "`--seeds 3` repeats every run and reports 95% intervals (results_seeds.md).",
     ]
+    if base:
+        cells = [f"{ds} nDCG@10 {m['ndcg@10']:.4f}" for ds, m in base["metrics"].items()]
+        lines += ["", f"Untrained base model ({base_desc}, the plots' dashed reference): {', '.join(cells)}."]
     verdict = kappa_verdict(rows, kappa)
     if kappa:
         lines += ["", f"κ rule (base model): {kappa['summary']}", "", verdict]
     plots = out / "plots"
     plots.mkdir(exist_ok=True)
-    made = [plot_bars(rows, plots), plot_norms(norms, plots)]
+    made = [
+        plot_bars(rows, plots, reference=base["metrics"] if base else None),
+        plot_norms(norms, plots, reference=base["norms"] if base else None),
+    ]
     lines += ["", "Plots: " + ", ".join(str(Path(p).relative_to(out)) for group in made for p in group)]
     text = "\n".join(lines) + "\n"
     (out / "results.md").write_text(text)
