@@ -87,6 +87,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         if path:
             check_output_file(path, flag)  # before the fits, not after them
     rows = _read_rows(args.csv)
+    targets = [path for path in (args.json, args.plot) if path]
+    if targets:
+        print(f"fitting {args.csv}; writing {' and '.join(targets)}")
     columns = list(rows[0])
     if args.group_by is None:  # the default groups are optional: a plain D,L CSV is one group
         group_cols = [c for c in DEFAULT_GROUP_BY if c in columns]
@@ -141,6 +144,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))
+        print(f"fits: {args.json}")
     if args.plot and plot_groups:
         from st_magnitude.scaling.plots import plot_dimension_fits
 
