@@ -26,7 +26,8 @@ SLOW_PAGES = {path for path in PAGES if any(block.mode == "slow" for block in py
 
 
 def _page_param(path: Path):
-    marks = [pytest.mark.slow] if path in SLOW_PAGES else []
+    # a slow page trains or encodes real data: minutes on a loaded 2-core CPU (the κ example alone encodes 8n pairs)
+    marks = [pytest.mark.slow, pytest.mark.timeout(1800)] if path in SLOW_PAGES else []
     return pytest.param(path, id=str(path.relative_to(REPO)), marks=marks)
 
 
