@@ -32,7 +32,7 @@ def _ints(text: str) -> list[int]:
 
 def sweep(model, folders, sizes, seeds, resamples, max_seq_length) -> None:
     from st_magnitude.diagnostics.fim import kappa_min_pairs, recommend_normalization
-    from st_magnitude.diagnostics.report import embedding_dim, kappa_pair_pools, sample_kappa_pairs
+    from st_magnitude.diagnostics.kappa_rule import embedding_dim, kappa_pair_pools, sample_kappa_pairs
     from st_magnitude.evaluation.ir import encode_roles
     from st_magnitude.integrations.models import raw_model
 
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.join(here, "..", "tests"))
     from conftest import minilm_path
 
-    from st_magnitude.diagnostics.report import run_kappa
+    from st_magnitude.diagnostics.kappa_rule import run_kappa
     from st_magnitude.integrations.models import load_model
 
     t0 = time.perf_counter()

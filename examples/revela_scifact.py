@@ -182,13 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         build_revela_dataset,
         randomize_groups,
     )
-    from st_magnitude.losses.revela import (
-        REVELA_PROMPTS,
-        RevelaLoss,
-        build_decoder_retriever,
-        revela_callbacks,
-        revela_lora_config,
-    )
+    from st_magnitude.losses.revela import RevelaLoss, revela_callbacks
+    from st_magnitude.losses.revela_setup import REVELA_PROMPTS, build_decoder_retriever, revela_lora_config
     from st_magnitude.modules.revela_attention import active_pairs
 
     retriever_path = args.retriever

@@ -45,18 +45,16 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "._warnings": ("AsymmetricSimilarityWarning", "MagnitudeCollapseWarning", "ZeroRetrieverGradientWarning"),
-        ".convert": (
-            "apply_similarity",
+        ".convert": ("apply_similarity", "strip_normalize"),
+        ".model_card": ("update_model_card",),
+        ".model_info": (
             "carried_similarity",
             "check_symmetric_use",
-            "check_truncation",
             "is_asymmetric",
             "model_gammas",
             "model_similarity",
-            "strip_normalize",
-            "truncate_model",
-            "update_model_card",
         ),
+        ".truncation": ("check_truncation", "truncate_model"),
         ".guard": ("install_symmetry_guard", "uninstall_symmetry_guard"),
         ".modules": ("RoleNormalize",),
         ".similarity": (

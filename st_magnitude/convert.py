@@ -32,14 +32,22 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.modules import Dense, Normalize, Router
-from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
+from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
 from st_magnitude._surgery import replace_modules
-from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
+from st_magnitude._warnings import MagnitudeCollapseWarning
+from st_magnitude.model_card import update_model_card
+from st_magnitude.model_info import (
+    _ROUTE_DOCUMENT,
+    _ROUTE_QUERY,
+    TRAINING_SIMILARITY_ATTR,
+    _is_normalize,
+    _route_lists,
+    carried_similarity,
+    model_gammas,
+)
 from st_magnitude.modules.role_normalize import RoleNormalize
 from st_magnitude.similarity import (
     DEFAULT_EPS,
@@ -55,139 +63,7 @@ from st_magnitude.similarity import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "TRAINING_SIMILARITY_ATTR",
-    "MagnitudeModelCardData",
-    "check_truncation",
-    "set_training_similarity",
-    "training_similarity",
-    "training_temperature",
-    "truncate_model",
-    "update_model_card",
-    "AsymmetricSimilarityWarning",
-    "MagnitudeCollapseWarning",
-    "apply_similarity",
-    "strip_normalize",
-    "model_similarity",
-    "carried_similarity",
-    "model_gammas",
-    "is_asymmetric",
-    "check_symmetric_use",
-]
-
-_ROUTE_QUERY, _ROUTE_DOCUMENT = "query", "document"
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# inspection
-# ----------------------------------------------------------------------------------------------------------------
-def _is_normalize(m: nn.Module) -> bool:
-    return isinstance(m, Normalize)
-
-
-def _route_lists(router: Router) -> dict[str, list[nn.Module]]:
-    return {name: list(seq) for name, seq in router.sub_modules.items()}
-
-
-def _query_document_router_gammas(router: Router) -> tuple[float, float] | None:
-    """(γq, γd) of a query/document Router whose routes share the same backbone and differ only by ``Normalize``."""
-    routes = _route_lists(router)
-    if set(routes) != {_ROUTE_QUERY, _ROUTE_DOCUMENT}:
-        return None
-    q_core = [m for m in routes[_ROUTE_QUERY] if not _is_normalize(m)]
-    d_core = [m for m in routes[_ROUTE_DOCUMENT] if not _is_normalize(m)]
-    if [id(m) for m in q_core] != [id(m) for m in d_core]:
-        return None
-    gq = 1.0 if routes[_ROUTE_QUERY] and _is_normalize(routes[_ROUTE_QUERY][-1]) else 0.0
-    gd = 1.0 if routes[_ROUTE_DOCUMENT] and _is_normalize(routes[_ROUTE_DOCUMENT][-1]) else 0.0
-    return gq, gd
-
-
-def model_gammas(model: SentenceTransformer) -> tuple[float, float] | None:
-    """The (γq, γd) a model applies at inference, or ``None`` when its structure is not one we recognise.
-
-    Recognised: a trailing ``Normalize`` (cosine, (1, 1)), no normalisation at all (dot, (0, 0)), a query/document
-    ``Router`` sharing its backbone with ``Normalize`` on one or both routes, and a trailing :class:`RoleNormalize`.
-    """
-    modules = list(model)
-    if modules and isinstance(modules[0], Router):
-        gammas = _query_document_router_gammas(modules[0])
-        if gammas is None:
-            return None
-        rest = modules[1:]
-        if any(_is_normalize(m) for m in rest):
-            return (1.0, 1.0)
-        role = [m for m in rest if isinstance(m, RoleNormalize)]
-        return (role[-1].gamma_query, role[-1].gamma_document) if role else gammas
-    role = [m for m in modules if isinstance(m, RoleNormalize)]
-    if role:
-        return role[-1].gamma_query, role[-1].gamma_document
-    if modules and _is_normalize(modules[-1]):
-        return (1.0, 1.0)
-    if any(_is_normalize(m) for m in modules):
-        return None  # Normalize in the middle, e.g. followed by a Dense: not a family member
-    return (0.0, 0.0)
-
-
-def model_similarity(model: SentenceTransformer) -> Similarity | None:
-    """The family member the model serves on *raw* embeddings (learnable: shares the model's γ̂), or ``None``."""
-    for m in model:
-        if isinstance(m, RoleNormalize):
-            return m.similarity()
-    gammas = model_gammas(model)
-    if gammas is None:
-        return None
-    return PowerNormSimilarity(*gammas)
-
-
-def carried_similarity(model: SentenceTransformer) -> Similarity | None:
-    """The similarity a model *converted by* :func:`apply_similarity` carries, else ``None``.
-
-    Converted means the model itself applies a role-specific rescaling: a query/document ``Router`` that shares its
-    backbone, or a :class:`RoleNormalize`. Its outputs are then already φ_γq(q) / φ_γd(d), so a loss must score them
-    with a plain dot product (and give each column its role through ``features["task"]``). A plain model (with or
-    without a trailing ``Normalize``) returns ``None``: a loss then applies its own similarity to the outputs.
-    """
-    modules = list(model)
-    if any(isinstance(m, RoleNormalize) for m in modules):
-        return model_similarity(model)
-    if modules and isinstance(modules[0], Router) and _query_document_router_gammas(modules[0]) is not None:
-        return model_similarity(model)
-    return None
-
-
-def is_asymmetric(model_or_similarity: SentenceTransformer | Similarity) -> bool:
-    """True when query and document roles must differ (qnorm, dnorm, learnable with γq ≠ γd; paper 000 Prop. 2.1)."""
-    if isinstance(model_or_similarity, Similarity):
-        return not model_or_similarity.symmetric
-    gammas = model_gammas(model_or_similarity)
-    if gammas is not None:
-        return gammas[0] != gammas[1]
-    first = next(iter(model_or_similarity), None)
-    return isinstance(first, Router)  # an unrecognised Router is a two-tower model: roles matter
-
-
-def check_symmetric_use(
-    model_or_similarity: SentenceTransformer | Similarity, context: str = "a symmetric task", strict: bool = False
-) -> bool:
-    """Warn (or raise with ``strict=True``) when an asymmetric similarity is used where roles are interchangeable.
-
-    Symmetric tasks — STS, paraphrase mining, clustering, ``model.similarity(a, b)`` on two lists encoded with the
-    same role — need s(a, b) = s(b, a). Only cosine and dot (and learnable with γq = γd) give that (paper 000 Prop.
-    2.1; Table 5 shows a 37–44 point Spearman loss for QNorm/DNorm-style variants on STS-B). Returns True when the
-    use is fine.
-    """
-    if not is_asymmetric(model_or_similarity):
-        return True
-    msg = (
-        f"Asymmetric similarity used for {context}: qnorm, dnorm and learnable (γq ≠ γd) are only valid when inputs "
-        "have distinct query/document roles (paper 000, Prop. 2.1 'Task Symmetry Principle'). Use 'cosine' or 'dot' "
-        "for STS, paraphrase or clustering, or encode with encode_query/encode_document for retrieval."
-    )
-    if strict:
-        raise ValueError(msg)
-    warnings.warn(msg, AsymmetricSimilarityWarning, stacklevel=2)
-    return False
+__all__ = ["apply_similarity", "strip_normalize", "set_training_similarity"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -253,7 +129,7 @@ def _fresh_normalize() -> Normalize:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# public API
+# apply a similarity, strip the normalisation
 # ----------------------------------------------------------------------------------------------------------------
 def apply_similarity(
     model: SentenceTransformer,
@@ -568,13 +444,8 @@ def _strip_router_folder(folder: Path, at_end: bool = True) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# what a recipe trained: the served similarity and the temperature (read by ContrastiveEntropyEvaluator)
+# serve what a recipe trained
 # ----------------------------------------------------------------------------------------------------------------
-#: Attribute a training recipe sets on the model: ``{"similarity": name, "temperature": τ, "recipe": str | None}``.
-#: It lives in memory only (sentence-transformers saves no custom config keys); the model card records it in text.
-TRAINING_SIMILARITY_ATTR = "st_magnitude_training"
-
-
 def set_training_similarity(
     model: nn.Module, similarity: str, temperature: float = 1.0, *, recipe: str | None = None
 ) -> None:
@@ -605,220 +476,3 @@ def set_training_similarity(
         model.similarity_fn_name = name
         update_model_card(model)
     logger.info("set_training_similarity: model serves %r, trained at temperature %g", name, temperature)
-
-
-def training_similarity(model: Any) -> dict[str, Any] | None:
-    """What :func:`set_training_similarity` recorded on ``model`` (a copy), or ``None``."""
-    info = getattr(model, TRAINING_SIMILARITY_ATTR, None)
-    return dict(info) if isinstance(info, dict) else None
-
-
-def training_temperature(model: Any) -> float | None:
-    """The temperature τ the model was trained at (recorded by a recipe loss), or ``None`` when unknown."""
-    info = training_similarity(model)
-    return None if info is None else float(info["temperature"])
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# model cards: every model this package produces says how to encode queries/documents and what it needs
-# ----------------------------------------------------------------------------------------------------------------
-_PACKAGE_URL = "https://pypi.org/project/st-magnitude/"
-_CARD_TAG = "st-magnitude"
-
-
-class MagnitudeModelCardData(SentenceTransformerModelCardData):
-    """ST's model card data plus an st-magnitude usage section (served similarity, roles, package to install).
-
-    Installed on a model by :func:`update_model_card` (the same object, its class switched), so trainer callbacks
-    that hold ``model.model_card_data`` keep working. Only :meth:`generate_usage_snippet` is extended.
-    """
-
-    def generate_usage_snippet(self) -> str:
-        snippet = super().generate_usage_snippet()
-        if self.model is None:
-            return snippet
-        if _needs_package(self.model):
-            model_id = self.model_id or "sentence_transformers_model_id"
-            snippet = snippet.replace(
-                f'SentenceTransformer("{model_id}")', f'SentenceTransformer("{model_id}", trust_remote_code=True)'
-            )
-        return _card_note(self.model) + "\n\n" + snippet
-
-
-def _needs_package(model: SentenceTransformer) -> bool:
-    return any(isinstance(m, RoleNormalize) for m in model.modules())
-
-
-def _served_name(model: SentenceTransformer) -> str | None:
-    for m in model.modules():
-        if isinstance(m, RoleNormalize):
-            return "learnable" if m.learnable else name_of_gammas(m.gamma_query, m.gamma_document) or "fractional"
-    gammas = model_gammas(model)
-    return None if gammas is None else name_of_gammas(*gammas)
-
-
-def _card_note(model: SentenceTransformer) -> str:
-    """Markdown paragraph for the card: how to encode queries / documents and which packages loading needs."""
-    lines = ["", "### Similarity and roles (st-magnitude)", ""]
-    trained = training_similarity(model)
-    gammas = model_gammas(model)
-    name = _served_name(model)
-    converted = carried_similarity(model) is not None or (trained is None and name is not None)
-    if converted and model.similarity_fn_name == "dot" and gammas is not None:
-        lines.append(
-            f"This model was converted with [st-magnitude]({_PACKAGE_URL}) to serve the **{name}** similarity "
-            f"(γ_query = {gammas[0]:.4g}, γ_document = {gammas[1]:.4g}: "
-            "s(q, d) = qᵀd / (‖q‖^γ_query ‖d‖^γ_document), paper 'Beyond the Unit Hypersphere', eqs. 3–7). "
-            "The model applies each role's rescaling itself, so encode queries with `model.encode_query(...)`, "
-            "documents with `model.encode_document(...)`, and score them with `model.similarity(...)` (a dot "
-            "product). Do not L2-normalise the embeddings yourself."
-        )
-        if is_asymmetric(model):
-            router = next((m for m in model if isinstance(m, Router)), None)
-            roleless = (
-                "raises (its Router has no default route)"
-                if router is not None and router.default_route is None
-                else "treats every input as a document"
-            )
-            lines.append(
-                f"The similarity is asymmetric: plain `model.encode(...)` {roleless}, and "
-                "the model is not meant for symmetric tasks (STS, clustering, paraphrase mining)."
-            )
-    else:
-        fn = model.similarity_fn_name or "cosine"
-        lines.append(
-            f"Encode queries with `model.encode_query(...)` and documents with `model.encode_document(...)`; "
-            f"score them with `model.similarity(...)` ({fn})."
-        )
-    if trained is not None:
-        recipe = f" ({trained['recipe']} recipe)" if trained.get("recipe") else ""
-        lines.append(
-            f"Trained{recipe} with the {trained['similarity']} similarity at temperature τ = "
-            f"{trained['temperature']:g}; for contrastive entropy use scale = 1/τ = {1 / trained['temperature']:g}."
-        )
-    if _needs_package(model):
-        lines += [
-            "",
-            "This model ends in st-magnitude's `RoleNormalize` module: install the package and load with "
-            "`trust_remote_code=True`:",
-            "",
-            "```bash",
-            "pip install -U sentence-transformers st-magnitude",
-            "```",
-        ]
-    else:
-        lines += [
-            "",
-            "It uses only built-in sentence-transformers modules: loading it needs `sentence-transformers` alone "
-            "(st-magnitude is only needed to train or convert it further).",
-        ]
-    return "\n".join(lines)
-
-
-def update_model_card(model: SentenceTransformer) -> SentenceTransformer:
-    """Make the model's card describe what st-magnitude did to it (idempotent; called by every conversion).
-
-    - marks the model as a retrieval model (``model_card_data.ir_model = True``), so the usage snippet shows
-      ``encode_query`` / ``encode_document`` instead of the symmetric ``encode`` + ``similarity(e, e)``;
-    - drops a README loaded with the base model (sentence-transformers would otherwise save it unchanged, with its
-      now-wrong usage instructions) so a fresh card is generated;
-    - switches the card data to :class:`MagnitudeModelCardData`, whose usage section names the served similarity,
-      the role-specific encode calls and the packages loading needs; adds the ``st-magnitude`` tag.
-    """
-    if not isinstance(model, SentenceTransformer):
-        return model
-    card = model.model_card_data
-    if not isinstance(card, MagnitudeModelCardData):
-        if isinstance(card, SentenceTransformerModelCardData) and type(card) is SentenceTransformerModelCardData:
-            card.__class__ = MagnitudeModelCardData
-        else:
-            logger.info("update_model_card: custom model card data %s left as is", type(card).__name__)
-    card.ir_model = True
-    if _CARD_TAG not in card.tags:
-        card.add_tags(_CARD_TAG)
-    model._model_card_text = None
-    return model
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# truncation: before the normalisation, never after
-# ----------------------------------------------------------------------------------------------------------------
-def _has_normalisation(model: nn.Module) -> bool:
-    return any(isinstance(m, (Normalize, RoleNormalize)) for m in model.modules())
-
-
-def check_truncation(model: SentenceTransformer) -> None:
-    """Raise when ``model.truncate_dim`` would give wrong scores for this model.
-
-    sentence-transformers applies ``truncate_dim`` to the model's *output*, i.e. after any ``Normalize`` /
-    :class:`RoleNormalize`. A normalised route then keeps its full-dimension norm (a dnorm document truncated from
-    384 to 128 dims has norm < 1), so the served score is not the similarity of the truncated raw vectors. Only a
-    model scored with cosine (which re-normalises) or one without any normalisation is unaffected.
-    """
-    if not isinstance(model, nn.Module) or getattr(model, "truncate_dim", None) is None:
-        return
-    if _has_normalisation(model) and model.similarity_fn_name != "cosine":
-        raise ValueError(
-            f"truncate_dim={model.truncate_dim} on a model that normalises inside (similarity_fn_name="
-            f"{model.similarity_fn_name!r}): sentence-transformers truncates after the normalisation, so the scores "
-            "would be wrong. Set model.truncate_dim = None and call "
-            f"st_magnitude.truncate_model(model, {model.truncate_dim}) instead (it truncates before the "
-            "normalisation)."
-        )
-
-
-def _truncation_layer(in_features: int, dim: int, like: nn.Module | None) -> Dense:
-    layer = Dense(
-        in_features,
-        dim,
-        bias=False,
-        activation_function=None,
-        init_weight=torch.eye(dim, in_features),  # keeps the first `dim` coordinates exactly
-    )
-    param = next(like.parameters(), None) if like is not None else None
-    if param is not None:
-        layer.to(device=param.device, dtype=param.dtype)
-    return layer
-
-
-def truncate_model(model: SentenceTransformer, dim: int) -> SentenceTransformer:
-    """Make ``model`` (in place) emit its first ``dim`` coordinates, truncated *before* any normalisation.
-
-    A fixed ``Dense(n, dim)`` holding the first ``dim`` rows of the identity (no bias, no activation) goes right
-    before the first ``Normalize`` / :class:`RoleNormalize` of every route (at the end when there is none), so
-    ``model.similarity(model.encode_query(q), model.encode_document(d))`` equals the model's similarity applied to
-    the *truncated raw* embeddings. The layer is ST's built-in ``Dense``: a saved model still loads in stock
-    sentence-transformers. Use it instead of ``truncate_dim`` on every model st-magnitude produces (see
-    :func:`check_truncation`); ``model.truncate_dim`` is reset to ``None``.
-    """
-    if not isinstance(model, SentenceTransformer):
-        raise TypeError(f"truncate_model expects a SentenceTransformer, got {type(model).__name__}")
-    model.truncate_dim = None  # the truncation moves into the model
-    full = int(model.get_embedding_dimension())
-    if isinstance(dim, bool) or not isinstance(dim, int) or not (1 <= dim <= full):
-        raise ValueError(f"dim must be an int in [1, {full}], got {dim!r}")
-    if dim == full:
-        return model
-    modules = list(model)
-    layer = _truncation_layer(full, dim, model)
-    if modules and isinstance(modules[0], Router):
-        router = modules[0]
-        if any(_is_normalize(m) or isinstance(m, RoleNormalize) for m in modules[1:]):
-            # normalisation after the Router: truncate there, once
-            at = next(i for i, m in enumerate(modules) if i > 0 and (_is_normalize(m) or isinstance(m, RoleNormalize)))
-            replace_modules(model, modules[:at] + [layer] + modules[at:])
-        else:
-            for name, seq in list(router.sub_modules.items()):
-                route = list(seq)
-                at = next((i for i, m in enumerate(route) if _is_normalize(m) or isinstance(m, RoleNormalize)), None)
-                route = route + [layer] if at is None else route[:at] + [layer] + route[at:]
-                router.sub_modules[name] = nn.Sequential(*route)
-            replace_modules(model, modules)
-    else:
-        at = next((i for i, m in enumerate(modules) if _is_normalize(m) or isinstance(m, RoleNormalize)), None)
-        new = modules + [layer] if at is None else modules[:at] + [layer] + modules[at:]
-        replace_modules(model, new)
-    logger.info("truncate_model: %d -> %d dims, truncated before normalisation", full, dim)
-    if carried_similarity(model) is not None or training_similarity(model) is not None:
-        update_model_card(model)
-    return model

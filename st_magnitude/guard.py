@@ -32,7 +32,8 @@ from typing import Any
 
 from sentence_transformers import SentenceTransformer
 
-from st_magnitude.convert import AsymmetricSimilarityWarning, is_asymmetric
+from st_magnitude._warnings import AsymmetricSimilarityWarning
+from st_magnitude.model_info import is_asymmetric
 
 logger = logging.getLogger(__name__)
 

@@ -143,7 +143,10 @@ def test_core_modules_stay_below_their_users():
     graph = import_graph()
     below = {
         "st_magnitude.similarity": ("st_magnitude.convert", "st_magnitude.modules", "st_magnitude.losses"),
-        "st_magnitude.convert": ("st_magnitude.guard", "st_magnitude.losses", "st_magnitude.evaluation"),
+        **{
+            f"st_magnitude.{m}": ("st_magnitude.guard", "st_magnitude.losses", "st_magnitude.evaluation")
+            for m in ("convert", "model_info", "model_card", "truncation")
+        },
         "st_magnitude.evaluation._retrieval": ("st_magnitude.evaluation.ir", "st_magnitude.evaluation.auc"),
         # training data (layer 4): below the losses that consume it, the evaluators and scaling that reuse it
         "st_magnitude.data": ("st_magnitude.losses", "st_magnitude.evaluation", "st_magnitude.scaling"),
@@ -157,7 +160,7 @@ def test_core_modules_stay_below_their_users():
 
 
 def test_losses_stay_below_callbacks():
-    """``callbacks/`` reads a loss's state through ``losses/_common`` (the loss-state protocol): never the reverse."""
+    """``callbacks/`` reads a loss's state through ``losses/_loss_state``: never the reverse."""
     graph = import_graph()
     bad = sorted(
         (mod, dep)

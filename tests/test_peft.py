@@ -28,7 +28,7 @@ def test_require_peft_names_both_versions_and_the_fix_when_transformers_needs_ne
 def test_lora_config_checks_versions_before_building(monkeypatch):
     from transformers.integrations import peft as hf_peft
 
-    from st_magnitude.losses.revela import revela_lora_config
+    from st_magnitude.losses.revela_setup import revela_lora_config
 
     monkeypatch.setattr(hf_peft, "MIN_PEFT_VERSION", "999.0")
     with pytest.raises(ImportError, match="needs peft >= 999.0"):

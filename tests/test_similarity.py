@@ -306,7 +306,7 @@ def test_tn_matrix_form_has_no_cancellation_floor_for_near_aligned_pairs():
 
 
 def test_info_tn_gradient_matches_float64_reference_for_near_aligned_positives():
-    from st_magnitude.losses.l2dir import info_tn_loss
+    from st_magnitude.losses.info_tn import info_tn_loss
 
     a, b = _near_aligned(noise=1e-3)
     tau = 0.01

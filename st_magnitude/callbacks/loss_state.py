@@ -12,7 +12,7 @@ resumes::
     trainer.train(resume_from_checkpoint=True)        # restores it before the first step
 
 What the state is: a loss may define ``loss_state_dict()`` / ``load_loss_state_dict(state)``; otherwise its
-trainable parameters that are not the model's (:func:`~st_magnitude.losses._common.loss_state_dict`). A cached
+trainable parameters that are not the model's (:func:`~st_magnitude.losses._loss_state.loss_state_dict`). A cached
 loss saves its wrapped plain loss's state under the plain loss's names, so the two read each other's checkpoints.
 """
 
@@ -28,7 +28,7 @@ from torch import nn
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from st_magnitude.callbacks._log import add_to_log
-from st_magnitude.losses._common import load_loss_state_dict, loss_state_dict
+from st_magnitude.losses._loss_state import load_loss_state_dict, loss_state_dict
 
 logger = logging.getLogger(__name__)
 

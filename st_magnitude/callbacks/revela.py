@@ -168,7 +168,7 @@ class RevelaLMCheckpointCallback(LossStateCallback):
         super().__init__(loss, on_missing="raise")
 
     def _restore_legacy(self, checkpoint: Path) -> bool:
-        from st_magnitude.losses.revela import LM_CHECKPOINT_DIR, load_lm_weights
+        from st_magnitude.losses.revela_lm import LM_CHECKPOINT_DIR, load_lm_weights
 
         folder = checkpoint / LM_CHECKPOINT_DIR
         try:

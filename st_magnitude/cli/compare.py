@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 from st_magnitude.cli._args import add_options, positive_int, values
-from st_magnitude.experiments.compare import (
+from st_magnitude.experiments.config import (
     DEFAULT_MODEL,
     DEFAULT_VARIANTS,
     FULL_PROFILE_DEVIATIONS,

@@ -27,8 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from st_magnitude.convert import apply_similarity, model_gammas
+    from st_magnitude.convert import apply_similarity
     from st_magnitude.integrations.models import load_model
+    from st_magnitude.model_info import model_gammas
 
     check_model_path(args.model)
     check_output_dir(args.output, "--output", must_be_empty=True)

@@ -59,6 +59,7 @@ __getattr__, __dir__ = lazy_exports(
             "norm_stats",
             "pseudo_relevant_from_results",
         ),
-        ".report": ("DatasetDiagnosis", "Diagnosis", "diagnose", "kappa_pairs", "run_kappa"),
+        ".kappa_rule": ("kappa_pairs", "run_kappa"),
+        ".report": ("DatasetDiagnosis", "Diagnosis", "diagnose"),
     },
 )

@@ -9,6 +9,7 @@ __all__ = ["PROFILES", "CompareConfig", "run_compare"]
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".compare": ("PROFILES", "CompareConfig", "run_compare"),
+        ".compare": ("run_compare",),
+        ".config": ("PROFILES", "CompareConfig"),
     },
 )

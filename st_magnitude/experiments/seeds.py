@@ -23,7 +23,7 @@ from typing import Any
 
 from st_magnitude.evaluation.stats import compare_arms, seed_interval
 from st_magnitude.experiments import _dist, compare
-from st_magnitude.experiments.compare import PER_QUERY_KEY, CompareConfig
+from st_magnitude.experiments.config import PER_QUERY_KEY, CompareConfig
 
 logger = logging.getLogger(__name__)
 

@@ -125,7 +125,7 @@ def _evaluate_from_raw(
     """:func:`evaluate_model`'s metrics from one raw encoding, plus the raw views and norms it asked for."""
     import torch
 
-    from st_magnitude.convert import model_similarity
+    from st_magnitude.model_info import model_similarity
 
     views = [get_similarity(v) for v in raw_views]  # an unknown name fails before the encoding
     raw = scored if similarity is not None else raw_model(model)

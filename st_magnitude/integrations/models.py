@@ -25,8 +25,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from st_magnitude.convert import apply_similarity, carried_similarity, is_asymmetric, model_gammas
+from st_magnitude.convert import apply_similarity
 from st_magnitude.integrations.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
+from st_magnitude.model_info import carried_similarity, is_asymmetric, model_gammas
 from st_magnitude.similarity import name_of_gammas
 
 logger = logging.getLogger(__name__)

@@ -40,7 +40,9 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "._common": ("LossSimilarityWarning",),
-        ".l2dir": ("PAPER_TEMPERATURES", "CachedL2DirLoss", "InfoTNCollapseWarning", "InfoTNLoss", "L2DirLoss"),
+        ".info_tn": ("InfoTNCollapseWarning", "InfoTNLoss"),
+        ".l2dir": ("PAPER_TEMPERATURES", "L2DirLoss"),
+        ".cached_l2dir": ("CachedL2DirLoss",),
         ".bert_recipe": ("BertRecipeLoss",),
         ".ettin_recipe": ("EttinRecipeLoss",),
         ".magnitude_matryoshka": ("MagnitudeMatryoshkaLoss",),

@@ -17,19 +17,22 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import tqdm
 from sentence_transformers.base.losses import CachedLossMixin
 from sentence_transformers.base.losses.merged_forward import embed_columns
-from sentence_transformers.util import all_gather_with_grad, get_rank, get_world_size
 from torch import Tensor, nn
-from torch.nn.parallel import DistributedDataParallel
 
-from st_magnitude.convert import carried_similarity, model_gammas
+from st_magnitude.losses._batch import DuplicateCheck, GatheredBatch, check_columns, feature_rows, prepare_columns
+from st_magnitude.losses._loss_state import (
+    forward_cached_scaled,
+    load_loss_state_dict,
+    loss_state_dict,
+    sync_loss_held_gradients,
+)
+from st_magnitude.model_info import carried_similarity, model_gammas
 from st_magnitude.similarity import (
     LearnableSimilarity,
     PowerNormSimilarity,
@@ -136,146 +139,6 @@ def set_roles(sentence_features: Iterable[dict[str, Any]]) -> list[dict[str, Any
     return features
 
 
-def column_name(index: int) -> str:
-    """The role of input column ``index``: anchor, positive, negative_1, ..."""
-    return ("anchor", "positive")[index] if index < 2 else f"negative_{index - 1}"
-
-
-def feature_rows(features: dict[str, Any]) -> int:
-    """Rows (inputs) in one tokenized column; 0 when it holds no batch tensor (an empty batch)."""
-    if "cu_seq_lens_q" in features:
-        return len(features["cu_seq_lens_q"]) - 1
-    for key in ("input_ids", "attention_mask", "pixel_values", "sentence_embedding"):
-        value = features.get(key)
-        if isinstance(value, Tensor) and value.ndim > 0:
-            return value.shape[0]
-    return next((v.shape[0] for v in features.values() if isinstance(v, Tensor) and v.ndim > 0), 0)
-
-
-def check_columns(rows: list[int], loss_name: str) -> None:
-    """Raise a clear error for fewer than 2 columns, an empty batch, or columns whose row counts differ."""
-    if len(rows) < 2:
-        raise ValueError(
-            f"{loss_name} needs at least 2 input columns (anchor, positive, negative_1, ...), got {len(rows)}."
-        )
-    if max(rows) == 0:
-        raise ValueError(f"{loss_name}: the batch is empty (0 rows in every column); there is nothing to score.")
-    if len(set(rows)) > 1:
-        counts = ", ".join(f"{column_name(i)} {n}" for i, n in enumerate(rows))
-        raise ValueError(
-            f"{loss_name}: every input column must hold one row per anchor (row i of each column belongs to anchor "
-            f"i), but the columns have {counts} rows."
-        )
-
-
-def check_finite(columns: list[Tensor], loss_name: str, what: str = "embeddings") -> None:
-    """Raise when any embedding is NaN or infinite, naming the column, its rows and (when distributed) the process.
-
-    A single non-finite embedding makes the loss and every gradient NaN; the check costs one device sync.
-    """
-    finite = [torch.isfinite(c.detach()) for c in columns]
-    bad_rows = [~(f.flatten(1) if f.ndim > 1 else f.unsqueeze(1)).all(dim=1) for f in finite]
-    if not bool(torch.stack([b.any() for b in bad_rows]).any()):
-        return
-    where = []
-    for i, bad in enumerate(bad_rows):
-        rows = bad.nonzero().flatten().tolist()
-        if rows:
-            shown = ", ".join(map(str, rows[:8])) + (", ..." if len(rows) > 8 else "")
-            where.append(f"column {i} ({column_name(i)}) rows [{shown}]")
-    rank = f" on process {get_rank()}" if get_world_size() > 1 else ""
-    raise ValueError(
-        f"{loss_name}: {what} are NaN or infinite in {'; '.join(where)} of this batch{rank} (0-based rows of the "
-        "batch). The loss and every gradient would be NaN. Usual causes: fp16 overflow in the model (train in bf16 "
-        "or fp32), a diverged step (lower the learning rate, clip gradients), or NaN/inf inputs."
-    )
-
-
-def _check_same_rows_across_processes(rows: int, device: torch.device, loss_name: str) -> None:
-    """All-gather the per-process batch sizes first: gathering unequal tensors would abort the process (gloo)."""
-    world = get_world_size()
-    local = torch.tensor([rows], dtype=torch.long, device=device)
-    sizes = [torch.zeros_like(local) for _ in range(world)]
-    dist.all_gather(sizes, local)
-    sizes_list = [int(t) for t in sizes]
-    if len(set(sizes_list)) > 1:
-        raise ValueError(
-            f"{loss_name}: gather_across_devices=True needs the same per-device batch size on every process, got "
-            f"{sizes_list} (process 0, 1, ...). Use dataloader_drop_last=True so no process gets a short last batch."
-        )
-
-
-def gather(
-    queries: Tensor, docs: list[Tensor], enabled: bool, loss_name: str = "loss"
-) -> tuple[Tensor, list[Tensor], int, int]:
-    """All-gather (with gradients, like ST's MNRL) when ``enabled``; returns ``(queries, docs, offset, world)``.
-
-    The per-process batch sizes are compared first (one small all-gather) and unequal sizes raise ``ValueError``.
-    """
-    gathered, offset, world = gather_columns([queries, *docs], enabled, loss_name)
-    return gathered[0], gathered[1:], offset, world
-
-
-def gather_columns(columns: list[Tensor], enabled: bool, loss_name: str = "loss") -> tuple[list[Tensor], int, int]:
-    """All-gather every column (with gradients) when ``enabled``; returns ``(columns, offset, world)``, where this
-    process's rows are ``offset:offset + rows`` of each gathered column. Unequal per-process sizes raise."""
-    if not enabled or get_world_size() <= 1:
-        return list(columns), 0, 1
-    batch_size = columns[0].size(0)
-    _check_same_rows_across_processes(batch_size, columns[0].device, loss_name)
-    return [all_gather_with_grad(c) for c in columns], get_rank() * batch_size, get_world_size()
-
-
-def check_has_negatives(world_batch_size: int, n_doc_columns: int, loss_name: str) -> None:
-    if n_doc_columns < 1:
-        raise ValueError(
-            f"{loss_name} needs at least 2 input columns (anchor, positive[, negative_1, ...]), got "
-            f"{n_doc_columns + 1}."
-        )
-    if world_batch_size <= 1 and n_doc_columns == 1:
-        raise ValueError(
-            f"{loss_name}: a batch of one (anchor, positive) pair has no negatives, so the loss is undefined. Use a "
-            "batch size of at least 2 (in-batch negatives) or add hard-negative columns (anchor, positive, "
-            "negative_1, ...)."
-        )
-
-
-def prepare_columns(columns: list[Tensor], enabled: bool, loss_name: str) -> tuple[Tensor, list[Tensor], int, int]:
-    """Validate per-column embeddings (count, equal rows, finite), gather them when ``enabled``, check negatives.
-
-    Returns ``(queries, docs, offset, world)`` like :func:`gather`.
-    """
-    check_columns([c.size(0) for c in columns], loss_name)
-    check_finite(columns, loss_name)
-    queries, docs, offset, world = gather(columns[0], list(columns[1:]), enabled, loss_name)
-    check_has_negatives(queries.size(0), len(docs), loss_name)
-    return queries, docs, offset, world
-
-
-class DuplicateCheck:
-    """Log (once) when two positives in a batch are identical: each is then a negative of the other's query."""
-
-    def __init__(self) -> None:
-        self._warned = False
-
-    def __call__(self, positives: Tensor, loss_name: str) -> None:
-        if self._warned or positives.size(0) < 2:
-            return
-        with torch.no_grad():
-            n_unique = torch.unique(positives.detach(), dim=0).size(0)
-        if n_unique < positives.size(0):
-            logger.warning(
-                "%s: %d of %d positives in this batch are exact duplicates; each duplicate is scored as a negative "
-                "for the other query (as in MultipleNegativesRankingLoss). Use "
-                "SentenceTransformerTrainingArguments(batch_sampler=BatchSamplers.NO_DUPLICATES) to avoid these false "
-                "negatives.",
-                loss_name,
-                positives.size(0) - n_unique,
-                positives.size(0),
-            )
-            self._warned = True
-
-
 def similarity_config(sim_name: str, scoring: Similarity, carried: Similarity | None) -> dict[str, Any]:
     """The similarity part of a loss's ``get_config_dict`` (rendered in the model card)."""
     source = carried if carried is not None else scoring
@@ -285,27 +148,6 @@ def similarity_config(sim_name: str, scoring: Similarity, carried: Similarity | 
         "gamma_query": round(source.gamma_query, 6),
         "gamma_document": round(source.gamma_document, 6),
     }
-
-
-@dataclass
-class GatheredBatch:
-    """A validated (and, with ``gather_across_devices``, gathered) batch of per-column embeddings.
-
-    This process's anchors are rows ``offset:offset + size`` of ``queries``; ``docs`` are the document columns
-    (positives first), ``docs_all`` their concatenation; ``extra`` holds what a loss precomputes once per batch.
-    """
-
-    size: int
-    queries: Tensor
-    docs: list[Tensor]
-    docs_all: Tensor
-    offset: int
-    world: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def local_rows(self, begin: int, end: int) -> Tensor:
-        """Indices, in the gathered batch, of this process's anchors ``begin:end``."""
-        return torch.arange(self.offset + begin, self.offset + end, device=self.queries.device)
 
 
 class FamilyLoss(nn.Module):
@@ -461,138 +303,3 @@ class CachedLoss(CachedLossMixin, nn.Module):
 
     def load_loss_state_dict(self, state: dict[str, Tensor]) -> None:
         load_loss_state_dict(self.loss, state)
-
-
-# --- parameters held by the loss (γ̂ of a learnable similarity on a plain model, the L2Dir NAP head, Revela's LM) ---
-
-
-def loss_held_named_parameters(loss: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    """Trainable parameters of ``loss`` that are not the model's, by name (a NAP head, Revela's LM, a loss-held γ̂).
-
-    The Trainer optimises them (it builds the optimizer from ``loss.named_parameters()``), but neither saves them with
-    the model nor synchronises them under DDP; :func:`loss_state_dict` and :func:`sync_loss_held_gradients` do.
-    """
-    model = getattr(loss, "model", None)
-    in_model = {id(p) for p in model.parameters()} if isinstance(model, nn.Module) else set()
-    return [(name, p) for name, p in loss.named_parameters() if p.requires_grad and id(p) not in in_model]
-
-
-def loss_held_parameters(loss: nn.Module) -> list[nn.Parameter]:
-    """Trainable parameters of ``loss`` that are not the model's (see :func:`loss_held_named_parameters`)."""
-    return [p for _, p in loss_held_named_parameters(loss)]
-
-
-def loss_state_dict(loss: nn.Module) -> dict[str, Tensor]:
-    """The trainable state ``loss`` holds outside the model, as CPU tensors by name.
-
-    The protocol: a loss may define ``loss_state_dict()`` and ``load_loss_state_dict(state)`` itself; otherwise its
-    loss-held parameters (:func:`loss_held_named_parameters`) are its state. Empty for a loss without any.
-    """
-    if callable(getattr(type(loss), "loss_state_dict", None)):
-        return loss.loss_state_dict()
-    return {name: p.detach().cpu().contiguous() for name, p in loss_held_named_parameters(loss)}
-
-
-def load_loss_state_dict(loss: nn.Module, state: dict[str, Tensor]) -> None:
-    """Copy ``state`` (from :func:`loss_state_dict`) into ``loss`` in place, so an optimizer holding the parameters
-    keeps optimising the same tensors.
-
-    Raises:
-        ValueError: the names or shapes in ``state`` are not those of the loss's state.
-    """
-    if callable(getattr(type(loss), "load_loss_state_dict", None)):
-        loss.load_loss_state_dict(state)
-        return
-    params = dict(loss_held_named_parameters(loss))
-    missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
-    reshaped = sorted(n for n in set(state) & set(params) if tuple(state[n].shape) != tuple(params[n].shape))
-    if missing or unexpected or reshaped:
-        raise ValueError(
-            f"the saved state does not fit {type(loss).__name__}: missing {missing[:5]}, unexpected {unexpected[:5]}, "
-            f"other shape {reshaped[:5]}; build the loss with the same settings (head shape, LM, similarity)"
-        )
-    with torch.no_grad():
-        for name, tensor in state.items():
-            params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
-
-
-class _CarryGradients(torch.autograd.Function):
-    """Identity on the loss value; its backward hands each loss-held parameter ``grad_output × g``.
-
-    ``g`` is the gradient the GradCache step (2) computed for that parameter at unit scale. Whatever the caller
-    multiplies the returned loss by before ``backward`` (the Trainer's 1/gradient_accumulation_steps, the fp16
-    GradScaler's S, DDP/accelerate scaling) therefore reaches these parameters exactly as it reaches the backbone,
-    whose cached gradients ST's backward hook scales by the same ``grad_output``.
-    """
-
-    @staticmethod
-    def forward(ctx, loss: Tensor, grads: tuple[Tensor, ...], *params: Tensor) -> Tensor:  # type: ignore[override]
-        ctx.grads = grads
-        return loss.clone()
-
-    @staticmethod
-    def backward(ctx, grad_output: Tensor):  # type: ignore[override]
-        return (grad_output, None, *(g * grad_output.to(g.dtype) for g in ctx.grads))
-
-
-def forward_cached_scaled(loss: CachedLossMixin, features: list[dict[str, Any]], labels: Tensor | None) -> Tensor:
-    """``loss.forward_cached`` whose returned loss also carries the gradient of the loss-held parameters.
-
-    GradCache computes the loss and back-propagates it inside ``forward`` (step 2), so a parameter of the loss itself
-    would receive its gradient there, at unit scale, bypassing the scale applied later to the returned loss
-    (gradient accumulation, fp16 loss scaling). Here that step-2 gradient is taken out of ``.grad`` (earlier
-    accumulated gradients are kept) and re-emitted through :class:`_CarryGradients` when the returned loss is
-    back-propagated, scaled like everything else.
-    """
-    params = loss_held_parameters(loss) if torch.is_grad_enabled() else []
-    if not params:
-        return loss.forward_cached(features, labels)
-    earlier = [p.grad for p in params]
-    for p in params:
-        p.grad = None
-    loss.__dict__["_in_gradcache_step"] = True  # the step-2 backward is not the outer one: no process sync here
-    try:
-        value = loss.forward_cached(features, labels)
-        step2 = [p.grad for p in params]
-    finally:
-        loss.__dict__["_in_gradcache_step"] = False
-        for p, g in zip(params, earlier):
-            p.grad = g
-    carried = [(p, g) for p, g in zip(params, step2) if g is not None]
-    if not carried:
-        return value
-    return _CarryGradients.apply(value, tuple(g for _, g in carried), *(p for p, _ in carried))
-
-
-def _average_over_processes(loss: nn.Module, grad: Tensor) -> Tensor | None:
-    if loss.__dict__.get("_in_gradcache_step", False) or not (dist.is_available() and dist.is_initialized()):
-        return None
-    world = dist.get_world_size()
-    if world <= 1:
-        return None
-    grad = grad.clone()
-    dist.all_reduce(grad)
-    return grad / world
-
-
-def sync_loss_held_gradients(loss: nn.Module) -> None:
-    """Average the gradients of the loss-held parameters over processes, as DDP does for the model's.
-
-    DDP wraps only the model, so without this each process would step γ̂ / the NAP head with its own local gradient
-    and the copies would drift apart. With ``gather_across_devices=True`` each process's loss is its share of the
-    global-batch loss (their mean is the loss of the full batch), so the average is the full-batch gradient.
-    Registered (once per parameter) only when a process group with more than one process is running and the loss
-    gathers or the model is wrapped in DDP; every process must then back-propagate the loss (they do under DDP).
-    """
-    if not (torch.is_grad_enabled() and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return
-    wrapped = isinstance(getattr(loss, "model", None), DistributedDataParallel)
-    # a wrapper (MagnitudeMatryoshkaLoss) gathers when the loss it wraps does
-    gathers = any(getattr(m, "gather_across_devices", False) for m in loss.modules())
-    if not (gathers or wrapped):
-        return
-    hooked = loss.__dict__.setdefault("_synced_parameters", set())
-    for p in loss_held_parameters(loss):
-        if id(p) not in hooked:
-            p.register_hook(lambda grad, _loss=loss: _average_over_processes(_loss, grad))
-            hooked.add(id(p))

@@ -8,7 +8,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import set_roles, sync_loss_held_gradients
+from st_magnitude.losses._common import set_roles
+from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.losses.margin_contrastive import SCALING_CITATION
 
 __all__ = ["MagnitudeMatryoshkaLoss"]

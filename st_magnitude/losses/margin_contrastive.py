@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from st_magnitude._lazy import moved_exports
-from st_magnitude.losses._common import check_columns, check_finite, set_roles
+from st_magnitude.losses._batch import check_columns, check_finite
+from st_magnitude.losses._common import set_roles
 from st_magnitude.similarity import Similarity, get_similarity
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import CachedLoss, FamilyLoss, GatheredBatch, at_least_fp32
+from st_magnitude.losses._batch import GatheredBatch
+from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
 from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from st_magnitude.losses._common import CachedLoss, FamilyLoss, GatheredBatch, at_least_fp32
+from st_magnitude.losses._batch import GatheredBatch
+from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
 from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from st_magnitude.callbacks import (
     save_loss_state,
 )
 from st_magnitude.losses import CachedMWLoss, LossSimilarityWarning, MWLoss
-from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss
+from st_magnitude.losses.cached_l2dir import CachedL2DirLoss
+from st_magnitude.losses.l2dir import L2DirLoss
 from st_magnitude.losses.partial_norm_infonce import CachedPartialNormInfoNCELoss, PartialNormInfoNCELoss
 
 

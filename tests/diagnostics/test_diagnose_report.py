@@ -106,16 +106,16 @@ def test_label_free_d_in_the_report_ranks_by_cosine(tiny_model_raw, toy, tmp_pat
 
 def test_kappa_pair_budget_defaults_to_8n(tiny_model, toy, tmp_path, monkeypatch):
     # issue 12 item 1: the CLI / diagnose default budget comes from the embedding dim (8n), not a fixed 2000
-    import st_magnitude.diagnostics.report as report
+    import st_magnitude.diagnostics.kappa_rule as kappa_rule
 
     asked = []
-    real = report.kappa_pairs
+    real = kappa_rule.kappa_pairs
 
     def spy(folders, split="train", n_pairs=0, seed=0):
         asked.append(n_pairs)
         return real(folders, split, n_pairs, seed)
 
-    monkeypatch.setattr(report, "kappa_pairs", spy)
+    monkeypatch.setattr(kappa_rule, "kappa_pairs", spy)
     path = tmp_path / "m"
     tiny_model.save(str(path))
     rc = main(["diagnose", str(path), "--data", str(toy), "--resamples", "3", "--output", str(tmp_path / "out")])
@@ -124,7 +124,7 @@ def test_kappa_pair_budget_defaults_to_8n(tiny_model, toy, tmp_path, monkeypatch
 
 def test_compare_profiles_size_the_kappa_step_from_the_dim():
     # issue 12 item 1: compare's quick/full κ steps use the 8n default (800 / 2000 were below it for n = 384)
-    from st_magnitude.experiments.compare import PROFILES, CompareConfig
+    from st_magnitude.experiments.config import PROFILES, CompareConfig
 
     assert PROFILES["quick"]["kappa_pairs"] is None and PROFILES["full"]["kappa_pairs"] is None
     assert CompareConfig().kappa_pairs is None

@@ -10,7 +10,8 @@ from toy_beir import write_toy_beir
 from toy_compare import toy_compare_config
 
 from st_magnitude.cli import main
-from st_magnitude.experiments.compare import CompareConfig, run_compare
+from st_magnitude.experiments.compare import run_compare
+from st_magnitude.experiments.config import CompareConfig
 
 
 @pytest.fixture

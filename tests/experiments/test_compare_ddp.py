@@ -22,7 +22,8 @@ import torch
 from conftest import build_tiny_bert_dir, build_tiny_st
 from toy_beir import write_toy_beir
 
-from st_magnitude.experiments.compare import CompareConfig, run_compare
+from st_magnitude.experiments.compare import run_compare
+from st_magnitude.experiments.config import CompareConfig
 
 SCRIPT = Path(__file__).with_name("compare_ddp_run.py")
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,9 @@ import torch
 from toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
-from st_magnitude.experiments import compare as C
+from st_magnitude.experiments.config import CompareConfig
+from st_magnitude.experiments.eval_sets import evaluate_sets, load_eval_sets
+from st_magnitude.experiments.training import load_base_model
 from st_magnitude.integrations.evaluate import PER_QUERY_KEY, evaluate_model
 
 CORE = ("ndcg@10", "recall@100", "mrr@10", "pooled_auc", "per_query_auc")
@@ -22,7 +24,7 @@ def eval_sets(tmp_path_factory):
         "toy": write_toy_beir(root / "toy", n_docs=30, n_queries=8),
         "other": write_toy_beir(root / "other", n_docs=20, n_queries=5, seed=3),
     }
-    return C.load_eval_sets(folders, C.CompareConfig(max_corpus=None, max_queries=None))
+    return load_eval_sets(folders, CompareConfig(max_corpus=None, max_queries=None))
 
 
 def converted(tiny_model, variant):
@@ -37,11 +39,11 @@ def converted(tiny_model, variant):
 
 def old_compare_evaluation(model, es, batch_size=64):
     """compare's evaluation before it moved to integrations.evaluate (verbatim, on the same sorted ids)."""
-    from st_magnitude.convert import model_similarity
     from st_magnitude.evaluation.auc import per_query_auc, pooled_auc_pools, pooled_auc_score
     from st_magnitude.evaluation.ir import encode_roles, exact_search, per_query_metrics, retrieval_metrics
     from st_magnitude.integrations.data import doc_text
     from st_magnitude.integrations.models import raw_model
+    from st_magnitude.model_info import model_similarity
     from st_magnitude.similarity import get_similarity
 
     data = es.data
@@ -74,7 +76,7 @@ def old_compare_evaluation(model, es, batch_size=64):
 @pytest.mark.parametrize("variant", ["qnorm", "dnorm", "cosine", "learnable"])
 def test_compare_numbers_are_those_of_its_former_evaluation(tiny_model, eval_sets, variant):
     model = converted(tiny_model, variant)
-    metrics, norms = C.evaluate_sets(model, eval_sets)
+    metrics, norms = evaluate_sets(model, eval_sets)
     for es in eval_sets:
         old_metrics, old_norms = old_compare_evaluation(model, es)
         assert metrics[es.name] == old_metrics  # identical, not close: same embeddings, order and scoring
@@ -84,7 +86,7 @@ def test_compare_numbers_are_those_of_its_former_evaluation(tiny_model, eval_set
 @pytest.mark.parametrize("variant", ["qnorm", "learnable"])
 def test_compare_evaluation_is_integrations_evaluate(tiny_model, eval_sets, variant):
     model = converted(tiny_model, variant)
-    metrics, norms = C.evaluate_sets(model, eval_sets)
+    metrics, norms = evaluate_sets(model, eval_sets)
     for es in eval_sets:
         row = evaluate_model(model, es.data, batch_size=64, per_query=True, raw_views=("cosine", "dot"), norms=True)
         assert {k: row[k] for k in metrics[es.name]} == metrics[es.name] and row["norms"] == norms[es.name]
@@ -138,13 +140,13 @@ def test_compare_loads_the_base_model_through_load_model(tiny_model, tmp_path, m
         return real(path, device, trust)
 
     monkeypatch.setattr(models, "_load_path", cached_but_broken)
-    model, desc, source = C.load_base_model(offline.OFFLINE_WHEEL_MODEL, "cpu", 16)
+    model, desc, source = load_base_model(offline.OFFLINE_WHEEL_MODEL, "cpu", 16)
     assert source == str(tmp_path / "wheel") and "offline wheel" in desc and model.max_seq_length == 16
     assert models.load_model(offline.OFFLINE_WHEEL_MODEL).get_embedding_dimension() == model.get_embedding_dimension()
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        C.load_base_model(str(tmp_path / "nope"), "cpu", 16)
+        load_base_model(str(tmp_path / "nope"), "cpu", 16)
     bad = tmp_path / "remote"
     tiny_model.save(str(bad))
     (bad / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "", "type": "evil.Module"}]')
     with pytest.raises(models.RemoteCodeError):
-        C.load_base_model(str(bad), "cpu", 16)
+        load_base_model(str(bad), "cpu", 16)

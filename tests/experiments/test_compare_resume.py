@@ -20,6 +20,8 @@ from toy_beir import write_toy_beir
 
 from st_magnitude.cli.compare import INTERRUPTED
 from st_magnitude.experiments import compare as C
+from st_magnitude.experiments import training as T
+from st_magnitude.experiments.config import CompareConfig
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, SAVE = 8, 2
@@ -38,7 +40,7 @@ def setup(tmp_path_factory, tiny_bert_dir):
     return root / "base", data
 
 
-def cfg(setup, out, **kw) -> C.CompareConfig:
+def cfg(setup, out, **kw) -> CompareConfig:
     model_dir, data = setup
     base = dict(
         model=str(model_dir),
@@ -59,7 +61,7 @@ def cfg(setup, out, **kw) -> C.CompareConfig:
         learning_rate=1e-3,
     )
     base.update(kw)
-    return C.CompareConfig(**base)
+    return CompareConfig(**base)
 
 
 def quiet(_line: str) -> None:
@@ -85,14 +87,14 @@ def no_time(rows: list[dict]) -> list[dict]:
 
 def interrupt_at(monkeypatch, step: int) -> None:
     """Raise KeyboardInterrupt in the loss forward of training step ``step`` (1-based, counted over the run)."""
-    real = C._TrainProgress.record
+    real = T._TrainProgress.record
 
     def record(self, module, inputs, output):
         real(self, module, inputs, output)
         if self.loss_steps == step:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(C._TrainProgress, "record", record)
+    monkeypatch.setattr(T._TrainProgress, "record", record)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,7 @@ def test_resume_is_bit_identical_and_reports_the_whole_run(setup, reference, tmp
     assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-4"]
     assert not (out / ".lock").exists()  # the lock is released on the way out
     before = json.loads((ckpts / "checkpoint-4" / "trainer_state.json").read_text())
-    first_part = C._TrainProgress.from_state(before)
+    first_part = T._TrainProgress.from_state(before)
     assert first_part.loss_steps == 4 and first_part.seconds > 0
 
     result = C.run_compare(cfg(setup, out), log=quiet)
@@ -244,14 +246,14 @@ def test_failed_data_validation_writes_nothing_and_binds_nothing(setup, tmp_path
 def test_at_most_one_checkpoint_is_kept_and_none_at_the_last_step(setup, tmp_path, monkeypatch):
     out = tmp_path / "out"
     seen: list[list[str]] = []
-    real = C._TrainProgress.record
+    real = T._TrainProgress.record
     ckpts = out / "runs" / "learnable-infonce" / "checkpoints"
 
     def record(self, module, inputs, output):
         real(self, module, inputs, output)
         seen.append(sorted(p.name for p in ckpts.glob("checkpoint-*")) if ckpts.is_dir() else [])
 
-    monkeypatch.setattr(C._TrainProgress, "record", record)
+    monkeypatch.setattr(T._TrainProgress, "record", record)
     C.run_compare(cfg(setup, out), log=quiet)
     assert max(len(s) for s in seen) == 1  # the previous one is rotated away once the next is whole
     assert seen[-1] == ["checkpoint-6"]  # before the last step; no checkpoint-8 is written
@@ -295,12 +297,13 @@ def test_ctrl_c_prints_one_line_and_a_rerun_resumes(setup, reference, tmp_path):
     script = f"""
 import os, signal, sys
 from st_magnitude.experiments import compare as C
-real = C._TrainProgress.record
+from st_magnitude.experiments import training as T
+real = T._TrainProgress.record
 def record(self, *a):
     real(self, *a)
     if self.loss_steps == 5:
         os.kill(os.getpid(), signal.SIGINT)
-C._TrainProgress.record = record
+T._TrainProgress.record = record
 from st_magnitude.cli import main
 sys.exit(main({argv!r}))
 """
@@ -327,7 +330,7 @@ def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch
     monkeypatch.setattr(C, "run_compare", lambda config, log=print: captured.setdefault("config", config))
     assert compare_cli.run(args) == 0
     config = captured["config"]
-    a = C.training_arguments(config, "learnable", tmp_path, "cpu")
+    a = T.training_arguments(config, "learnable", tmp_path, "cpu")
     assert (a.learning_rate, a.lr_scheduler_type.value, a.warmup_steps) == (5e-6, "cosine", 0)
     assert (a.weight_decay, a.adam_beta1, a.adam_beta2, a.adam_epsilon, a.max_grad_norm) == (
         0.01,
@@ -338,7 +341,7 @@ def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch
     )
     assert a.per_device_train_batch_size == 128 and config.scale == 20.0
     assert not a.learning_rate_mapping  # γ̂ trains with the encoder's settings (the paper names no other)
-    quick = C.training_arguments(C.CompareConfig(), "learnable", tmp_path, "cpu")
+    quick = T.training_arguments(CompareConfig(), "learnable", tmp_path, "cpu")
     assert quick.learning_rate_mapping == {r"gamma_(query|document)_logit": 1e-2}  # quick's own choice
     assert quick.lr_scheduler_type.value == "linear" and quick.warmup_steps == 2
     assert "departs from the paper" in compare_cli._description()
@@ -348,14 +351,14 @@ def test_a_loss_with_named_parts_is_recorded_as_their_sum(setup, tmp_path, monke
     """L2DirLoss returns {"infonce", "infotn"}; the Trainer optimises (and reports) their sum."""
     out = tmp_path / "out"
     parts: list[dict[str, float]] = []
-    real = C.build_loss
+    real = T.build_loss
 
     def build_loss(*args, **kwargs):  # the parts each step returned, seen independently of compare's own hook
         loss = real(*args, **kwargs)
         loss.register_forward_hook(lambda m, i, o: parts.append({k: float(v) for k, v in o.items()}))
         return loss
 
-    monkeypatch.setattr(C, "build_loss", build_loss)
+    monkeypatch.setattr(T, "build_loss", build_loss)
     C.run_compare(cfg(setup, out, variants=("cosine",), losses=("l2dir",), steps=2), log=quiet)
     train = json.loads((out / "runs" / "cosine-l2dir" / "train.json").read_text())
     assert train["train_steps"] == len(parts) == 2

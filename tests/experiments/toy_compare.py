@@ -3,7 +3,7 @@ a ``conftest.py`` here would shadow ``tests/conftest.py`` for the tests that ``f
 
 from __future__ import annotations
 
-from st_magnitude.experiments.compare import CompareConfig
+from st_magnitude.experiments.config import CompareConfig
 
 
 def toy_compare_config(model_dir, data, out, **kw) -> CompareConfig:

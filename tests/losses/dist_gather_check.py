@@ -30,7 +30,7 @@ from st_magnitude.losses import (
     MWLoss,
     PartialNormInfoNCELoss,
 )
-from st_magnitude.losses._common import loss_held_parameters
+from st_magnitude.losses._loss_state import loss_held_parameters
 from st_magnitude.modules.nap_head import NAPHead
 
 B, H, N_IN, DIM = 8, 2, 5, 4  # global batch 8, 2 hard-negative columns

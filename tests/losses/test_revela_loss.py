@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from st_magnitude.callbacks import LOSS_STATE_FILENAME, LossStateCallback
-from st_magnitude.losses.revela import RevelaLoss, load_lm_weights, save_lm_weights
+from st_magnitude.losses.revela import RevelaLoss
+from st_magnitude.losses.revela_lm import load_lm_weights, save_lm_weights
 from st_magnitude.modules.revela_attention import (
     REVELA_ATTENTION,
     RevelaAttentionState,
@@ -502,7 +503,7 @@ def test_resume_without_saved_lm_raises(tmp_path):
 def test_deprecated_lm_checkpoint_callback_warns_and_restores_its_old_checkpoints(tmp_path):
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from st_magnitude.losses.revela import LM_CHECKPOINT_DIR
+    from st_magnitude.losses.revela_lm import LM_CHECKPOINT_DIR
 
     # Given a checkpoint written by the old RevelaLMCheckpointCallback (checkpoint-3/revela_lm/)
     trained = build_tiny_llama(seed=1)

@@ -364,7 +364,7 @@ def test_decoder_retriever_pools_the_normalized_eos_state(tiny_decoder_dir):
     """Independent reference: the backbone's last hidden state at the appended EOS, L2-normalized."""
     from transformers import AutoModel
 
-    from st_magnitude.losses.revela import REVELA_PROMPTS, build_decoder_retriever
+    from st_magnitude.losses.revela_setup import REVELA_PROMPTS, build_decoder_retriever
 
     model = build_decoder_retriever(str(tiny_decoder_dir), max_seq_length=8, device="cpu")
     assert {k: model.prompts[k] for k in REVELA_PROMPTS} == REVELA_PROMPTS
@@ -395,7 +395,7 @@ def test_revela_trains_lora_on_a_decoder_retriever_and_a_lora_lm(tmp_path, tiny_
     from transformers import AutoTokenizer
 
     from st_magnitude.callbacks import revela_callbacks
-    from st_magnitude.losses.revela import REVELA_PROMPTS, build_decoder_retriever, revela_lora_config
+    from st_magnitude.losses.revela_setup import REVELA_PROMPTS, build_decoder_retriever, revela_lora_config
 
     retriever = build_decoder_retriever(
         str(tiny_decoder_dir), max_seq_length=16, lora=revela_lora_config("FEATURE_EXTRACTION", r=4), device="cpu"

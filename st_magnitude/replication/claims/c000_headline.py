@@ -1,7 +1,7 @@
 """Paper 000 headline: from a base that is *not* cosine-pretrained, the one-sided variant the κ rule picks beats cosine
 out of domain.
 
-Per seed: the κ rule (paper 000 §4.5, :func:`st_magnitude.diagnostics.report.run_kappa`) runs on the base model;
+Per seed: the κ rule (paper 000 §4.5, :func:`st_magnitude.diagnostics.kappa_rule.run_kappa`) runs on the base model;
 then the base is fine-tuned on NFCorpus train with InfoNCE (scale 20, in-batch negatives) once per similarity —
 cosine, dot, qnorm, dnorm — each converted with :func:`st_magnitude.apply_similarity` and trained with
 :class:`~st_magnitude.losses.PartialNormInfoNCELoss`; every model is evaluated with its own similarity on SciFact
@@ -30,7 +30,7 @@ OOD, IN_DOMAIN = "scifact", "nfcorpus"
 
 
 def run_seed(ctx: Context) -> dict:
-    from st_magnitude.diagnostics.report import run_kappa
+    from st_magnitude.diagnostics.kappa_rule import run_kappa
 
     s = ctx.settings
     train_folder = beir_folder(ctx, s["train_data"])

@@ -1,0 +1,178 @@
+"""One batch of per-column embeddings: its checks (rows, finiteness, negatives, duplicates) and its gathering.
+
+Gathering across processes (``gather_across_devices``) keeps this process's rows differentiable.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from sentence_transformers.util import all_gather_with_grad, get_rank, get_world_size
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+
+def column_name(index: int) -> str:
+    """The role of input column ``index``: anchor, positive, negative_1, ..."""
+    return ("anchor", "positive")[index] if index < 2 else f"negative_{index - 1}"
+
+
+def feature_rows(features: dict[str, Any]) -> int:
+    """Rows (inputs) in one tokenized column; 0 when it holds no batch tensor (an empty batch)."""
+    if "cu_seq_lens_q" in features:
+        return len(features["cu_seq_lens_q"]) - 1
+    for key in ("input_ids", "attention_mask", "pixel_values", "sentence_embedding"):
+        value = features.get(key)
+        if isinstance(value, Tensor) and value.ndim > 0:
+            return value.shape[0]
+    return next((v.shape[0] for v in features.values() if isinstance(v, Tensor) and v.ndim > 0), 0)
+
+
+def check_columns(rows: list[int], loss_name: str) -> None:
+    """Raise a clear error for fewer than 2 columns, an empty batch, or columns whose row counts differ."""
+    if len(rows) < 2:
+        raise ValueError(
+            f"{loss_name} needs at least 2 input columns (anchor, positive, negative_1, ...), got {len(rows)}."
+        )
+    if max(rows) == 0:
+        raise ValueError(f"{loss_name}: the batch is empty (0 rows in every column); there is nothing to score.")
+    if len(set(rows)) > 1:
+        counts = ", ".join(f"{column_name(i)} {n}" for i, n in enumerate(rows))
+        raise ValueError(
+            f"{loss_name}: every input column must hold one row per anchor (row i of each column belongs to anchor "
+            f"i), but the columns have {counts} rows."
+        )
+
+
+def check_finite(columns: list[Tensor], loss_name: str, what: str = "embeddings") -> None:
+    """Raise when any embedding is NaN or infinite, naming the column, its rows and (when distributed) the process.
+
+    A single non-finite embedding makes the loss and every gradient NaN; the check costs one device sync.
+    """
+    finite = [torch.isfinite(c.detach()) for c in columns]
+    bad_rows = [~(f.flatten(1) if f.ndim > 1 else f.unsqueeze(1)).all(dim=1) for f in finite]
+    if not bool(torch.stack([b.any() for b in bad_rows]).any()):
+        return
+    where = []
+    for i, bad in enumerate(bad_rows):
+        rows = bad.nonzero().flatten().tolist()
+        if rows:
+            shown = ", ".join(map(str, rows[:8])) + (", ..." if len(rows) > 8 else "")
+            where.append(f"column {i} ({column_name(i)}) rows [{shown}]")
+    rank = f" on process {get_rank()}" if get_world_size() > 1 else ""
+    raise ValueError(
+        f"{loss_name}: {what} are NaN or infinite in {'; '.join(where)} of this batch{rank} (0-based rows of the "
+        "batch). The loss and every gradient would be NaN. Usual causes: fp16 overflow in the model (train in bf16 "
+        "or fp32), a diverged step (lower the learning rate, clip gradients), or NaN/inf inputs."
+    )
+
+
+def _check_same_rows_across_processes(rows: int, device: torch.device, loss_name: str) -> None:
+    """All-gather the per-process batch sizes first: gathering unequal tensors would abort the process (gloo)."""
+    world = get_world_size()
+    local = torch.tensor([rows], dtype=torch.long, device=device)
+    sizes = [torch.zeros_like(local) for _ in range(world)]
+    dist.all_gather(sizes, local)
+    sizes_list = [int(t) for t in sizes]
+    if len(set(sizes_list)) > 1:
+        raise ValueError(
+            f"{loss_name}: gather_across_devices=True needs the same per-device batch size on every process, got "
+            f"{sizes_list} (process 0, 1, ...). Use dataloader_drop_last=True so no process gets a short last batch."
+        )
+
+
+def gather(
+    queries: Tensor, docs: list[Tensor], enabled: bool, loss_name: str = "loss"
+) -> tuple[Tensor, list[Tensor], int, int]:
+    """All-gather (with gradients, like ST's MNRL) when ``enabled``; returns ``(queries, docs, offset, world)``.
+
+    The per-process batch sizes are compared first (one small all-gather) and unequal sizes raise ``ValueError``.
+    """
+    gathered, offset, world = gather_columns([queries, *docs], enabled, loss_name)
+    return gathered[0], gathered[1:], offset, world
+
+
+def gather_columns(columns: list[Tensor], enabled: bool, loss_name: str = "loss") -> tuple[list[Tensor], int, int]:
+    """All-gather every column (with gradients) when ``enabled``; returns ``(columns, offset, world)``, where this
+    process's rows are ``offset:offset + rows`` of each gathered column. Unequal per-process sizes raise."""
+    if not enabled or get_world_size() <= 1:
+        return list(columns), 0, 1
+    batch_size = columns[0].size(0)
+    _check_same_rows_across_processes(batch_size, columns[0].device, loss_name)
+    return [all_gather_with_grad(c) for c in columns], get_rank() * batch_size, get_world_size()
+
+
+def check_has_negatives(world_batch_size: int, n_doc_columns: int, loss_name: str) -> None:
+    if n_doc_columns < 1:
+        raise ValueError(
+            f"{loss_name} needs at least 2 input columns (anchor, positive[, negative_1, ...]), got "
+            f"{n_doc_columns + 1}."
+        )
+    if world_batch_size <= 1 and n_doc_columns == 1:
+        raise ValueError(
+            f"{loss_name}: a batch of one (anchor, positive) pair has no negatives, so the loss is undefined. Use a "
+            "batch size of at least 2 (in-batch negatives) or add hard-negative columns (anchor, positive, "
+            "negative_1, ...)."
+        )
+
+
+def prepare_columns(columns: list[Tensor], enabled: bool, loss_name: str) -> tuple[Tensor, list[Tensor], int, int]:
+    """Validate per-column embeddings (count, equal rows, finite), gather them when ``enabled``, check negatives.
+
+    Returns ``(queries, docs, offset, world)`` like :func:`gather`.
+    """
+    check_columns([c.size(0) for c in columns], loss_name)
+    check_finite(columns, loss_name)
+    queries, docs, offset, world = gather(columns[0], list(columns[1:]), enabled, loss_name)
+    check_has_negatives(queries.size(0), len(docs), loss_name)
+    return queries, docs, offset, world
+
+
+class DuplicateCheck:
+    """Log (once) when two positives in a batch are identical: each is then a negative of the other's query."""
+
+    def __init__(self) -> None:
+        self._warned = False
+
+    def __call__(self, positives: Tensor, loss_name: str) -> None:
+        if self._warned or positives.size(0) < 2:
+            return
+        with torch.no_grad():
+            n_unique = torch.unique(positives.detach(), dim=0).size(0)
+        if n_unique < positives.size(0):
+            logger.warning(
+                "%s: %d of %d positives in this batch are exact duplicates; each duplicate is scored as a negative "
+                "for the other query (as in MultipleNegativesRankingLoss). Use "
+                "SentenceTransformerTrainingArguments(batch_sampler=BatchSamplers.NO_DUPLICATES) to avoid these false "
+                "negatives.",
+                loss_name,
+                positives.size(0) - n_unique,
+                positives.size(0),
+            )
+            self._warned = True
+
+
+@dataclass
+class GatheredBatch:
+    """A validated (and, with ``gather_across_devices``, gathered) batch of per-column embeddings.
+
+    This process's anchors are rows ``offset:offset + size`` of ``queries``; ``docs`` are the document columns
+    (positives first), ``docs_all`` their concatenation; ``extra`` holds what a loss precomputes once per batch.
+    """
+
+    size: int
+    queries: Tensor
+    docs: list[Tensor]
+    docs_all: Tensor
+    offset: int
+    world: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def local_rows(self, begin: int, end: int) -> Tensor:
+        """Indices, in the gathered batch, of this process's anchors ``begin:end``."""
+        return torch.arange(self.offset + begin, self.offset + end, device=self.queries.device)
