@@ -137,3 +137,16 @@ def test_readme_examples_teach_what_they_claim(tmp_path_factory):
     assert abs(float(q.norm()) - 1.0) < 1e-5
     d = reloaded.encode_document(["Green tea reduced blood pressure in a trial."], convert_to_tensor=True)
     assert abs(float(d.norm()) - 1.0) > 1e-3
+
+
+def test_readme_sweep_csv_is_what_scaling_fit_takes(tmp_path, capsys):
+    from st_magnitude.cli import main
+
+    text = README.read_text(encoding="utf-8")
+    match = re.search(r"<!-- scaling-csv:start -->\n```text\n(.*?)```\n<!-- scaling-csv:end -->", text, re.S)
+    assert match, "README shows no sweep.csv"
+    (tmp_path / "sweep.csv").write_text(match.group(1))
+    assert main(["scaling", "fit", str(tmp_path / "sweep.csv"), "--bootstrap", "20"]) == 0
+    printed = capsys.readouterr().out
+    assert "all: L(D) =" in printed and "95% CI" in printed
+    assert "st-magnitude scaling fit sweep.csv --bootstrap 200 --plot law.png" in text  # the command it goes with

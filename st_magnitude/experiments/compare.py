@@ -12,6 +12,7 @@ Trainer checkpoint, or re-evaluates a trained model; datasets added with ``--eva
     OUT/.lock                  held while a process works here (pid, host, start time); a second run refuses
     OUT/config.json            the resolved configuration (a re-run that would train differently is refused)
     OUT/kappa.json             κ recommendation on the base model, with the settings that produced it
+    OUT/base.json              the untrained base model's metrics and norms (the plots' reference), per evaluation
     OUT/runs/<variant>-<loss>/checkpoints/    the last whole Trainer checkpoint (removed once the model is saved)
     OUT/runs/<variant>-<loss>/train.json      whole-run train_loss / train_seconds (written before ".complete")
     OUT/runs/<variant>-<loss>/model/          the trained model (".complete", written last, marks a finished run)
