@@ -53,7 +53,7 @@ def test_train_l2dir_smoke(tmp_path):
     )
     result = json.loads((tmp_path / "results.json").read_text())
     assert [m["n_queries"] for m in result["metrics"]] == [10, 10]
-    assert any("loss" in h for h in result["log_history"])
+    assert result["log_history"][-1]["train_loss"] > 0  # it trained (2 steps: only the summary is logged)
     assert "nDCG@10=" in printed
 
 
