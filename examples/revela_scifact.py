@@ -1,6 +1,6 @@
 """Revela on SciFact: train all-MiniLM-L6-v2 through SmolLM2-135M's in-batch attention, unlabeled corpus only.
 
-Usage (CPU, one thread, a few dozen steps; see docs/revela.md; ``--smoke`` runs every step in a minute with a tiny
+Usage (CPU, one thread, a few dozen steps; see docs/revela.md; ``--smoke`` runs every step with a tiny
 random LM instead of ``--lm``):
 
     HF_HUB_OFFLINE=1 nice python examples/revela_scifact.py --lm runs/smollm2-135m --steps 40 --group-size 8 \
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: none)")
     parser.add_argument("--eval-queries", type=int, default=0, help="seeded subset of the test queries (0: all)")
-    parser.add_argument("--smoke", action="store_true", help=f"tiny random LM, end to end in a minute: {SMOKE}")
+    parser.add_argument("--smoke", action="store_true", help=f"every step end to end, tiny random LM: {SMOKE}")
     args = parser.parse_args(argv)
     if args.smoke:
         vars(args).update(SMOKE)

@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "beir"))
     p.add_argument("--model-dir", default=None)
     p.add_argument("--out", default=str(REPO / "runs" / "train_nfcorpus"))
-    p.add_argument("--smoke", action="store_true", help=f"end to end in about a minute: {SMOKE}")
+    p.add_argument("--smoke", action="store_true", help=f"every step end to end with tiny settings: {SMOKE}")
     args = p.parse_args(argv)
     if args.smoke:
         vars(args).update(SMOKE)
