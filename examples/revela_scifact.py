@@ -1,6 +1,7 @@
 """Revela on SciFact: train all-MiniLM-L6-v2 through SmolLM2-135M's in-batch attention, unlabeled corpus only.
 
-Usage (CPU, one thread, a few dozen steps; see docs/revela.md):
+Usage (CPU, one thread, a few dozen steps; see docs/revela.md; ``--smoke`` runs every step with a tiny
+random LM instead of ``--lm``):
 
     HF_HUB_OFFLINE=1 nice python examples/revela_scifact.py --lm runs/smollm2-135m --steps 40 --group-size 8 \
         --out runs/revela/scifact
@@ -58,10 +59,44 @@ def convert_gguf(out_dir: Path) -> None:
     lm.save_pretrained(out_dir)
 
 
-def load_scifact(data_dir: Path, n_distractors: int, seed: int):
+#: ``--smoke``: a tiny random Llama LM (no download, no conversion), 2 steps of one 4-chunk group, 10 test queries
+SMOKE = {"steps": 2, "group_size": 4, "lm_max_length": 32, "distractors": 20, "eval_queries": 10}
+
+
+def build_smoke_lm(out_dir: Path, tokenizer_dir: str, seed: int) -> Path:
+    """A 2-layer random Llama causal LM using the retriever's tokenizer, saved to ``out_dir`` (the smoke test's LM:
+    it checks the pipeline runs, it cannot teach the retriever anything)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="sdpa",
+    )
+    LlamaForCausalLM(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def load_scifact(data_dir: Path, n_distractors: int, seed: int, n_queries: int = 0):
+    """Full corpus, eval subsample (positives + seeded distractors), test queries (a seeded subset when
+    ``n_queries`` > 0) and their qrels."""
     from beir.datasets.data_loader import GenericDataLoader
 
     corpus, queries, qrels = GenericDataLoader(str(data_dir)).load(split="test")
+    if n_queries:
+        kept = sorted(qrels)
+        random.Random(seed).shuffle(kept)
+        qrels = {q: qrels[q] for q in sorted(kept[:n_queries])}
+        queries = {q: queries[q] for q in qrels}
     positives = {d for rel in qrels.values() for d in rel}
     others = sorted(set(corpus) - positives)
     rng = random.Random(seed)
@@ -123,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         "--before-from", type=Path, default=None, help="reuse 'before' from a result.json of the same retriever/eval"
     )
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: none)")
+    parser.add_argument("--eval-queries", type=int, default=0, help="seeded subset of the test queries (0: all)")
+    parser.add_argument("--smoke", action="store_true", help=f"every step end to end, tiny random LM: {SMOKE}")
     args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -163,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         retriever_path = str(Path(next(iter(spec.submodule_search_locations))) / "model")
     if args.decoder_retriever is None:
         model = SentenceTransformer(retriever_path, device="cpu")
-    corpus, sub, queries, qrels = load_scifact(args.data, args.distractors, args.seed)
+    corpus, sub, queries, qrels = load_scifact(args.data, args.distractors, args.seed, args.eval_queries)
     logger.info("eval subsample: %d docs (%d test queries)", len(sub), len(queries))
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -182,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.grouping == "random":  # the control: the same chunks, regrouped at random
         train = randomize_groups(train, seed=args.seed)
+    if args.smoke:
+        args.lm = build_smoke_lm(args.out / "smoke-lm", retriever_path or str(args.decoder_retriever), args.seed)
     lm_tokenizer = AutoTokenizer.from_pretrained(str(args.lm))
     lm = AutoModelForCausalLM.from_pretrained(str(args.lm), dtype=torch.float32)
     if args.lora_r:

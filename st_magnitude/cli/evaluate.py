@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.json, "--json")  # before the evaluation, not after it
     refuse_foreign_code(args)  # before reading any data
     set_threads(args)
+    if args.json:
+        print(f"evaluating {args.model}; the rows will be written to {args.json}", flush=True)
     rows = evaluate_folders(
         args.model,
         args.data,
@@ -60,4 +62,5 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(rows))
     if args.json:
         write_json_atomic(args.json, rows)
+        print(f"rows written to {args.json}")
     return 0

@@ -73,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     ):
         if value is not None:
             argv += [flag, str(value)]
+    print(f"mteb run: results go to {os.path.abspath(args.output_folder)}", flush=True)
     with removed_on_failure(args.output_folder), removed_on_failure(args.prediction_folder):
         mteb_cli(argv, **values(args, *SUBSAMPLE, "on_missing", "trust_remote_code"))
     print(f"mteb results written under {os.path.abspath(args.output_folder)}")

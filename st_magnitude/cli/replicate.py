@@ -31,8 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--list", action="store_true", help="list the claims with the seeds, CPU-seconds and wall time recorded"
     )
     p.add_argument("--report", action="store_true", help=f"regenerate {DEFAULT_REPORT} from the result JSONs")
-    p.add_argument("--profile", default="cpu", choices=("cpu", "gpu"), help="cpu (small) or gpu (paper-faithful)")
-    p.add_argument("--seeds", type=int, default=5, help="number of training seeds (default 5)")
+    p.add_argument(
+        "--profile", default="cpu", choices=("cpu", "gpu"), help="cpu (small) or gpu (paper-faithful); default: cpu"
+    )
+    p.add_argument("--seeds", type=int, default=5, help="number of training seeds (default: 5)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--data", default=None, help="data folder holding beir/ and sts/ (default $ST_MAGNITUDE_DATA)")
     p.add_argument(
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     command = " ".join(shlex.quote(a) for a in ["st-magnitude", "replicate", *_argv_after("replicate")])
     where = f"full result to {Path(args.out).resolve()}/"
     where += f", summary to {Path(results).resolve()}/" if results else " (no summary: --results DIR writes one)"
-    print(f"replicate {args.claim}: writing the {where}", flush=True)
+    print(f"replicate {args.claim} ({args.profile}, {_count(args.seeds, 'seed')}): writing the {where}", flush=True)
     record = run_claim(
         args.claim,
         results=results,
@@ -122,14 +124,19 @@ def run(args: argparse.Namespace) -> int:
     )
     r = record["resources"]
     print(
-        f"{record['claim']} ({record['profile']}, {len(record['seeds'])} seeds, {r['cpu_seconds']:.0f} CPU-s, "
-        f"{r['wall_seconds']:.0f} s wall):"
+        f"{record['claim']} ({record['profile']}, {_count(len(record['seeds']), 'seed')}, "
+        f"{r['cpu_seconds']:.0f} CPU-s, {r['wall_seconds']:.0f} s wall):"
     )
     print(f"  ours: {record['decision'].get('ours', '')}")
     print(f"  verdict: {record['verdict']}")
     print(f"  wrote {record['full_result']}")
     print(f"  wrote {record['summary_result']}" if results else "  no summary written (no --results)")
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _argv_after(word: str) -> list[str]:

@@ -18,6 +18,9 @@ from st_magnitude.cli._args import check_output_file, non_negative_int, positive
 
 logger = logging.getLogger(__name__)
 
+#: the columns ``scaling fit`` groups by when ``--group-by`` is not given (examples/dim_sweep.py writes both)
+DEFAULT_GROUP_BY = ("recipe", "dataset")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="scaling_command", metavar="SUBCOMMAND")
@@ -27,7 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fit.add_argument("csv", help="CSV with one row per measurement (e.g. examples/dim_sweep.py output)")
     fit.add_argument("--metric", default="contrastive_entropy", help="loss column (default: contrastive_entropy)")
     fit.add_argument("--dim-column", default="dim", help="embedding-dimension column (default: dim)")
-    fit.add_argument("--group-by", default="recipe,dataset", help="comma-separated columns; one fit per group")
+    fit.add_argument(
+        "--group-by",
+        default=None,
+        help="comma-separated columns; one fit per group (default: recipe,dataset, those the CSV has; a plain "
+        "dim,contrastive_entropy CSV is one group)",
+    )
     fit.add_argument("--joint", action="store_true", help="fit the joint law L(D, N) per group (needs --n-column)")
     fit.add_argument("--n-column", default="n_params_m", help="model size in millions (default: n_params_m)")
     fit.add_argument("--negate", action="store_true", help="fit 1 - metric (for higher-is-better metrics)")
@@ -79,8 +87,18 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         if path:
             check_output_file(path, flag)  # before the fits, not after them
     rows = _read_rows(args.csv)
+    targets = [path for path in (args.json, args.plot) if path]
+    if targets:
+        print(f"fitting {args.csv}; writing {' and '.join(targets)}")
     columns = list(rows[0])
-    group_cols = [c for c in args.group_by.split(",") if c]
+    if args.group_by is None:  # the default groups are optional: a plain D,L CSV is one group
+        group_cols = [c for c in DEFAULT_GROUP_BY if c in columns]
+        absent = [c for c in DEFAULT_GROUP_BY if c not in columns]
+        if absent:
+            grouping = f"rows grouped by {','.join(group_cols)}" if group_cols else "all rows are one group"
+            print(f"note: no {' / '.join(absent)} column in {args.csv}: {grouping} (other groups: --group-by)")
+    else:
+        group_cols = [c for c in args.group_by.split(",") if c]
     needed = [args.metric, args.dim_column] + group_cols + ([args.n_column] if args.joint else [])
     missing = [c for c in needed if c not in columns]
     if missing:
@@ -126,6 +144,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))
+        print(f"fits: {args.json}")
     if args.plot and plot_groups:
         from st_magnitude.scaling.plots import plot_dimension_fits
 

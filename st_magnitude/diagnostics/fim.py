@@ -198,6 +198,13 @@ class ConditionNumberResult:
         return "qnorm" if self.delta < 0 else "dnorm"
 
     def summary(self) -> str:
+        if self.n_pairs < self.min_pairs:  # κ of so few pairs says nothing (below 2n it is the damping's number)
+            return (
+                f"inconclusive, no recommendation: the κ rule needs >= {self.min_pairs} (query, relevant document) "
+                f"pairs ({self.min_pairs / self.dim:g}n for n = {self.dim} dimensions); got {self.n_pairs}. Ask for "
+                "more pairs (n_pairs: diagnose --n-pairs, compare --kappa-pairs) from data with more judged pairs "
+                "(another --pairs-split, or more datasets)"
+            )
         interval = (
             f"{int(self.confidence * 100)}% half-sampling CI [{self.ci_low:+.4f}, {self.ci_high:+.4f}] "
             f"({self.n_resamples} × {self.subsample_size} pairs)"
@@ -225,6 +232,7 @@ def recommend_normalization(
     damping: float | None = None,
     seed: int = 0,
     min_pairs: int | None = None,
+    show_progress_bar: bool = False,
 ) -> ConditionNumberResult:
     """κ(F_qnorm) vs κ(F_dnorm) on raw pretrained (query, positive) embeddings → which side to normalise.
 
@@ -239,6 +247,8 @@ def recommend_normalization(
         seed: resampling seed.
         min_pairs: minimum pair budget for a verdict (default :func:`kappa_min_pairs` = 8n); must be ≥ 4n, the
             fewest pairs a replicate may hold, times 2.
+        show_progress_bar: a tqdm bar over the replicates (two eigendecompositions of an ``[2n, 2n]`` matrix each:
+            minutes for n = 384 on a loaded CPU).
     """
     if q.shape != d.shape or q.dim() != 2:
         raise ValueError(f"q and d must both be [N, n] pair matrices, got {tuple(q.shape)} and {tuple(d.shape)}")
@@ -283,8 +293,10 @@ def recommend_normalization(
                 int(confidence * 100),
                 n_bootstrap,
             )
+        from tqdm.auto import tqdm
+
         gen = torch.Generator().manual_seed(seed)
-        for _ in range(n_bootstrap):
+        for _ in tqdm(range(n_bootstrap), desc="κ half-samples", unit="replicate", disable=not show_progress_bar):
             idx = torch.randperm(n_pairs, generator=gen)[:m]  # ⌊N/2⌋ distinct pairs, each ≥ 4n
             bq, _ = condition_number(fisher_matrix(grads["qnorm"][idx]), rtol, damping)
             bd, _ = condition_number(fisher_matrix(grads["dnorm"][idx]), rtol, damping)

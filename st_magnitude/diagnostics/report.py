@@ -160,20 +160,20 @@ def _fmt_d(d: float | None) -> str:
     return f"{d:+.3f}"
 
 
-def _plot_norms(rel: list[float], irrel: list[float], path: str, title: str) -> str:
+def _plot_norms(rel: list[float], irrel: list[float], path: str, title: str, queries: list[float] = ()) -> str:
+    """Raw norms of the irrelevant and relevant documents and of the queries, overlaid on one set of bins."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    bins = np.histogram_bin_edges(np.r_[rel, irrel], bins=40)
-    for values, label in ((irrel, "irrelevant"), (rel, "relevant")):
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
+    bins = np.histogram_bin_edges(np.r_[rel, irrel, list(queries)], bins=40)
+    for values, label in ((irrel, "irrelevant docs"), (rel, "relevant docs"), (list(queries), "queries")):
         if values:  # an empty group (every document judged) has no density
-            ax.hist(values, bins=bins, alpha=0.6, density=True, label=f"{label} (n={len(values)})")
-    ax.set(xlabel="document norm ‖d‖ (raw)", ylabel="density", title=title)
+            ax.hist(values, bins=bins, alpha=0.55, density=True, label=f"{label} (n={len(values)})")
+    ax.set(xlabel="raw norm ‖v‖ (before any normalisation)", ylabel="density", title=title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -224,7 +224,11 @@ def _diagnose_dataset(model, raw, data: BEIRData, out_dir: str | None, label_fre
         rel_n = [doc_norms[c] for c in cids if c in relevant]
         irr_n = [doc_norms[c] for c in cids if c not in relevant]
         plots["document norms"] = _plot_norms(
-            rel_n, irr_n, os.path.join(out_dir, f"norms_{data.name}.png"), f"{data.name}: raw document norms"
+            rel_n,
+            irr_n,
+            os.path.join(out_dir, f"norms_{data.name}.png"),
+            f"{data.name}: raw document and query norms",
+            queries=qn.tolist(),
         )
         plots["pooled ROC"] = plot_roc({data.name: pools}, os.path.join(out_dir, f"roc_{data.name}.png"))
     return DatasetDiagnosis(

@@ -48,7 +48,7 @@ def plot_roc(curves: dict[str, AUCPools], path: str | os.PathLike, title: str = 
     import matplotlib.pyplot as plt
     from sklearn.metrics import roc_curve
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
     for label, pools in curves.items():
         y = np.r_[np.ones(len(pools.positives)), np.zeros(len(pools.negatives))]
         s = np.r_[pools.positives, pools.negatives]
@@ -64,7 +64,6 @@ def plot_roc(curves: dict[str, AUCPools], path: str | os.PathLike, title: str = 
     axes[1].hist(first.positives, bins=bins, alpha=0.6, density=True, label="positives")
     axes[1].set(xlabel="score", ylabel="density", title=f"pooled scores: {next(iter(curves))}")
     axes[1].legend(fontsize=8)
-    fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

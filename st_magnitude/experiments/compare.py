@@ -12,6 +12,7 @@ Trainer checkpoint, or re-evaluates a trained model; datasets added with ``--eva
     OUT/.lock                  held while a process works here (pid, host, start time); a second run refuses
     OUT/config.json            the resolved configuration (a re-run that would train differently is refused)
     OUT/kappa.json             κ recommendation on the base model, with the settings that produced it
+    OUT/base.json              the untrained base model's metrics and norms (the plots' reference), per evaluation
     OUT/runs/<variant>-<loss>/checkpoints/    the last whole Trainer checkpoint (removed once the model is saved)
     OUT/runs/<variant>-<loss>/train.json      whole-run train_loss / train_seconds (written before ".complete")
     OUT/runs/<variant>-<loss>/model/          the trained model (".complete", written last, marks a finished run)
@@ -157,11 +158,12 @@ class _Job:
 
 def _run_locked(job: _Job, held: dict) -> dict[str, Any]:
     _dist.rank0_decides(lambda: _write_config(job))  # a refusal there stops every process
+    job.log(f"output folder: {job.out}")
     job.log(f"base model: {job.base_desc} | device: {job.device} | profile: {job.config.profile}")
     for es in job.eval_sets:
-        job.log(f"eval {es.name}: {es.data!r}" + (f"  [{es.data.note}]" if es.data.note else ""))
+        job.log(f"eval {es.name}: {es.data!r}")  # the repr carries the subsample note
 
-    kappa = _dist.rank0_decides(lambda: _kappa_step(job, held.pop("base_model")))  # rank 0: the base model
+    base, kappa = _dist.rank0_decides(lambda: _base_steps(job, held.pop("base_model")))  # rank 0: the base model
     held.clear()
 
     config = job.config
@@ -174,8 +176,11 @@ def _run_locked(job: _Job, held: dict) -> dict[str, Any]:
         _one_run(job, variant, loss_name)
 
     def report() -> dict[str, Any]:  # rank 0 writes the table and plots; every process returns the same result
-        summary = write_reports(job.out, job.rows, job.norms, kappa, config, job.eval_sets, job.base_desc, job.device)
+        summary = write_reports(
+            job.out, job.rows, job.norms, kappa, config, job.eval_sets, job.base_desc, job.device, base=base
+        )
         job.log(summary)
+        job.log(f"results in {job.out}: results.md, results.csv, plots/, runs/<run>/")
         return {"rows": job.rows, "kappa": kappa, "output_dir": str(job.out), "summary": summary}
 
     return _dist.rank0_decides(report)
@@ -190,6 +195,24 @@ def _write_config(job: _Job) -> None:
     }
     record.update(device=job.device, processes=_dist.world_size())
     write_json_atomic(job.out / "config.json", record)
+
+
+def _base_steps(job: _Job, base_model) -> tuple[dict, dict | None]:
+    """Rank 0 only: what compare measures on the untrained base model (its metrics, then the κ rule)."""
+    return _base_reference(job, base_model), _kappa_step(job, base_model)
+
+
+def _base_reference(job: _Job, base_model) -> dict:
+    """The untrained base model on the eval sets, the plots' reference (kept in base.json for resumed runs)."""
+    path = job.out / "base.json"
+    record = _read_json(path)
+    if record and record.get("eval") == json.loads(json.dumps(job.eval_keys)):
+        return record
+    job.log("untrained base model: evaluating it as the reference of the plots")
+    metrics, norms = evaluate_sets(base_model, job.eval_sets)
+    record = {"metrics": metrics, "norms": norms, "eval": job.eval_keys}
+    write_json_atomic(path, record)
+    return record
 
 
 def _kappa_step(job: _Job, base_model) -> dict | None:

@@ -48,7 +48,10 @@ def write_reports(
     eval_sets: Sequence[EvalSet],
     base_desc: str,
     device: str,
+    base: dict | None = None,
 ) -> str:
+    """results.csv, results.md and plots/; ``base`` (the untrained base model's ``metrics`` and ``norms``) is the
+    plots' dashed reference and a line of results.md."""
     from st_magnitude.experiments.plots import plot_bars, plot_norms
 
     cols = [
@@ -96,12 +99,18 @@ def write_reports(
         f"One seed ({config.seed}): no confidence intervals, so no difference above is shown to exceed noise; "
         "`--seeds 5` repeats every run and reports 95% intervals (results_seeds.md).",
     ]
+    if base:
+        cells = [f"{ds} nDCG@10 {m['ndcg@10']:.4f}" for ds, m in base["metrics"].items()]
+        lines += ["", f"Untrained base model ({base_desc}, the plots' dashed reference): {', '.join(cells)}."]
     verdict = kappa_verdict(rows, kappa)
     if kappa:
         lines += ["", f"κ rule (base model): {kappa['summary']}", "", verdict]
     plots = out / "plots"
     plots.mkdir(exist_ok=True)
-    made = [plot_bars(rows, plots), plot_norms(norms, plots)]
+    made = [
+        plot_bars(rows, plots, reference=base["metrics"] if base else None),
+        plot_norms(norms, plots, reference=base["norms"] if base else None),
+    ]
     lines += ["", "Plots: " + ", ".join(str(Path(p).relative_to(out)) for group in made for p in group)]
     text = "\n".join(lines) + "\n"
     (out / "results.md").write_text(text)

@@ -114,6 +114,7 @@ def aggregate_seeds(folders: list[Path], out: Path) -> dict[str, Any]:
         writer.writeheader()
         writer.writerows({k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
     (out / "results_seeds.md").write_text(text)
+    _plot_seed_bars(rows, folders, out)
     return {
         "rows": rows,
         "comparisons": [c.to_dict() for _, c in comparisons],
@@ -121,6 +122,22 @@ def aggregate_seeds(folders: list[Path], out: Path) -> dict[str, Any]:
         "output_dir": str(out),
         "text": text,
     }
+
+
+def _plot_seed_bars(rows: list[dict], folders: list[Path], out: Path) -> list[str]:
+    """``out/plots/metrics_<dataset>_seeds.png``: seed means with their 95% intervals as error bars, and the untrained
+    base model (the same in every seed folder: one evaluation subsample) as the dashed reference."""
+    from st_magnitude.experiments.plots import plot_bars
+
+    base = None
+    for folder in folders:
+        path = Path(folder) / "base.json"
+        if path.is_file():
+            base = json.loads(path.read_text()).get("metrics")
+            break
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    return plot_bars(rows, plots, metrics=SEED_METRICS, reference=base, suffix="_seeds")
 
 
 def _report(rows: list[dict], comparisons: list, reference: str, folders: list[Path]) -> str:

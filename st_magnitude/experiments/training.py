@@ -215,7 +215,7 @@ def train_run(
     model, _, _ = load_base_model(base_path, device, config.max_seq_length, config.trust_remote_code)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        apply_similarity(model, variant)
+        apply_similarity(model, variant, warn_on_strip=False)  # compare's own choice: its report shows the norms
     loss = build_loss(model, variant, loss_name, config)
     n = config.steps * config.batch_size
     data = Dataset.from_dict({"anchor": pairs["anchor"][: n * 2], "positive": pairs["positive"][: n * 2]})

@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "MTEBOfflineError",
     "evaluate_mteb",
+    "local_model_name",
     "local_task_name",
     "make_local_task",
     "mteb_cli",
@@ -264,7 +265,7 @@ def register_local_model(path: str | os.PathLike, *, name: str | None = None, tr
         from st_magnitude.integrations.models import check_model_code
 
         check_model_code(str(folder))
-    key = name or str(folder)
+    key = name or local_model_name(folder)
     meta = ModelMeta.create_empty(
         overwrites=dict(
             name=key,
@@ -278,6 +279,15 @@ def register_local_model(path: str | os.PathLike, *, name: str | None = None, tr
     register_mteb_model(key, meta)
     del mteb
     return key
+
+
+def local_model_name(folder: str | os.PathLike) -> str:
+    """The mteb name of a local model folder: ``local/<folder name>`` (``local/<parent>-model`` for a folder named
+    ``model``, as compare writes them), so mteb's results folder is ``local__<name>/<revision>`` rather than the
+    mangled absolute path. Two folders of the same name stay apart by the revision (a hash of the weights)."""
+    folder = Path(folder).resolve()
+    base = f"{folder.parent.name}-{folder.name}" if folder.name == "model" and folder.parent.name else folder.name
+    return f"local/{base}"
 
 
 class _LocalLoader:

@@ -82,9 +82,23 @@ class DimensionLawFit:
     n_points: int
     sse: float
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: the residual-bootstrap refits, one ``(A, alpha, delta)`` row each (empty without ``bootstrap``)
+    bootstrap_params: np.ndarray = field(default_factory=lambda: np.empty((0, 3)), repr=False)
 
     def predict(self, D: Any) -> np.ndarray:
         return dimension_law(D, self.A, self.alpha, self.delta)
+
+    def predict_band(self, D: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """Pointwise ``level`` percentile band of the bootstrap refits' curves at ``D`` (needs ``bootstrap`` > 0)."""
+        if not len(self.bootstrap_params):
+            raise ValueError("no bootstrap refits: fit with bootstrap > 0 to get a band")
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        D = np.asarray(D, dtype=float)
+        curves = np.stack([dimension_law(D, A, alpha, delta) for A, alpha, delta in self.bootstrap_params])
+        tail = 100.0 * (1.0 - level) / 2.0
+        low, high = np.percentile(curves, [tail, 100.0 - tail], axis=0)
+        return low, high
 
     def params(self) -> dict[str, float]:
         return {"A": self.A, "alpha": self.alpha, "delta": self.delta}
@@ -262,7 +276,8 @@ def fit_dimension_law(
             y_b = fitted + rng.choice(resid, size=resid.size, replace=True)
             p_b, _ = _fit_dimension_once(D, y_b, grid, None, allow_negative_delta)
             samples.append(p_b)
-        fit.ci = _intervals(np.array(samples), ["A", "alpha", "delta"])
+        fit.bootstrap_params = np.array(samples, dtype=float)
+        fit.ci = _intervals(fit.bootstrap_params, ["A", "alpha", "delta"])
     return fit
 
 

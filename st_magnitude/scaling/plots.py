@@ -11,7 +11,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["plot_budget_curves", "plot_dimension_fits"]
+__all__ = ["dimension_fits_figure", "plot_budget_curves", "plot_dimension_fits"]
 
 
 def _pyplot():
@@ -23,18 +23,16 @@ def _pyplot():
     return plt
 
 
-def plot_dimension_fits(
+def dimension_fits_figure(
     groups: Mapping[str, tuple[Sequence[float], Sequence[float], Any]],
-    path: str | Path,
     ylabel: str = "contrastive entropy",
     title: str | None = None,
-) -> Path:
-    """One panel: for each group ``label -> (D, L, fit)`` the points and, if ``fit`` is given, its fitted curve
-    (``fit.predict(D)``; label shows the law and R²). Log-scaled D axis. Returns the written path."""
+) -> Any:
+    """The figure of :func:`plot_dimension_fits`, not saved (the caller closes it)."""
     if not groups:
         raise ValueError("nothing to plot: groups is empty")
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
     for i, (label, (D, L, fit)) in enumerate(groups.items()):
         color = f"C{i % 10}"
         D = np.asarray(D, dtype=float)
@@ -50,12 +48,29 @@ def plot_dimension_fits(
                 alpha=0.8,
                 label=f"{fit.A:.3g}/D^{fit.alpha:.2f}+{fit.delta:.3g} (R²={fit.r2:.3f})",
             )
+            n_boot = len(getattr(fit, "bootstrap_params", ()))
+            if n_boot:
+                low, high = fit.predict_band(grid)
+                ax.fill_between(grid, low, high, color=color, alpha=0.2, label=f"95% band ({n_boot} bootstrap refits)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("embedding dimension D")
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
-    return _finish(plt, fig, ax, path)
+    _decorate(ax)
+    return fig
+
+
+def plot_dimension_fits(
+    groups: Mapping[str, tuple[Sequence[float], Sequence[float], Any]],
+    path: str | Path,
+    ylabel: str = "contrastive entropy",
+    title: str | None = None,
+) -> Path:
+    """One panel: for each group ``label -> (D, L, fit)`` the points and, if ``fit`` is given, its fitted curve
+    (``fit.predict(D)``; label shows the law and R²) and, when the fit has bootstrap refits, their pointwise 95%
+    band. Log-scaled D axis. Returns the written path."""
+    return _save(dimension_fits_figure(groups, ylabel=ylabel, title=title), path)
 
 
 def plot_budget_curves(
@@ -74,7 +89,7 @@ def plot_budget_curves(
         raise ValueError("budgets is empty")
     plt = _pyplot()
     dims = np.geomspace(8, 2**17, 400) if dims is None else np.asarray(dims, dtype=float)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
     optima = []
     for i, budget in enumerate(budgets):
         for scoring in scorings:
@@ -93,14 +108,24 @@ def plot_budget_curves(
     return _finish(plt, fig, ax, path)
 
 
-def _finish(plt: Any, fig: Any, ax: Any, path: str | Path) -> Path:
-    """Grid, legend and layout; save as PNG (parent folders created) and close the figure."""
+def _decorate(ax: Any) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    """Save as PNG (parent folders created) and close the figure."""
+    import matplotlib.pyplot as plt
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
     plt.close(fig)
     logger.info("wrote %s", path)
     return path
+
+
+def _finish(plt: Any, fig: Any, ax: Any, path: str | Path) -> Path:
+    """Grid and legend (the figure uses constrained layout); save and close."""
+    _decorate(ax)
+    return _save(fig, path)

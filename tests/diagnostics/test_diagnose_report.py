@@ -123,3 +123,20 @@ def test_compare_profiles_size_the_kappa_step_from_the_dim():
 
     assert PROFILES["quick"]["kappa_pairs"] is None and PROFILES["full"]["kappa_pairs"] is None
     assert CompareConfig().kappa_pairs is None
+
+
+def test_diagnose_norm_plot_overlays_documents_and_queries_on_one_axis(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from st_magnitude.diagnostics.report import _plot_norms
+
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: saved.append(self))
+    _plot_norms([1.0, 1.1], [2.0, 2.2, 2.1], str(tmp_path / "n.png"), "toy", queries=[0.5, 0.6])
+    (fig,) = saved
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["irrelevant docs (n=3)", "relevant docs (n=2)", "queries (n=2)"]
+    lo, hi = ax.get_xlim()
+    assert lo <= 0.5 and hi >= 2.2  # queries and documents share the bins and the axis
+    assert ax.get_ylabel() == "density" and fig.get_layout_engine() is not None

@@ -132,6 +132,9 @@ def test_below_the_minimum_the_verdict_is_inconclusive(n_pairs):
     assert "below the minimum 40" in res.reason and res.min_pairs == 40
     assert res.ci_low is None and res.n_resamples == 0  # no replicate below the minimum is ever formed
     assert "confident" not in res.summary() and "inconclusive, no recommendation" in res.summary()
+    # why and what to do, without the meaningless (damped) condition numbers
+    assert f"needs >= 40 (query, relevant document) pairs (8n for n = 5 dimensions); got {n_pairs}" in res.summary()
+    assert "--n-pairs" in res.summary() and "log10 κ" not in res.summary()
 
 
 def test_damped_fisher_below_2n_is_never_confident():

@@ -137,7 +137,10 @@ def test_compare_over_seeds_reports_intervals_and_noise(setup, tmp_path):
     out = tmp_path / "seeds"
     cfg = config(model_dir, data, out, variants=("cosine", "qnorm"), eval_data=("toy",), max_queries=4, kappa=False)
     result = run_compare_seeds(cfg, 2, log=lambda *_: None)
-    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["seed-42", "seed-43"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["plots", "seed-42", "seed-43"]
+    # the seed plot: error bars of the intervals below, the untrained base of the seed folders as reference
+    assert (out / "plots" / "metrics_toy_seeds.png").stat().st_size > 1000
+    assert (out / "seed-42" / "base.json").is_file()
     per_seed = [
         json.loads((out / f"seed-{s}" / "runs" / "qnorm-infonce" / "metrics.json").read_text()) for s in (42, 43)
     ]

@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from matplotlib.collections import PolyCollection
 
 from st_magnitude.data.bm25 import BM25Scorer, tokenize
 from st_magnitude.scaling.fit import dimension_law
@@ -110,3 +111,48 @@ def test_cli_holdout(tmp_path, capsys):
     assert "held-out" in capsys.readouterr().out
     held = json.loads((tmp_path / "f.json").read_text())["r/t"]["holdout"]
     assert held["dims"] == [768.0] and abs(held["relative_error"][0]) < 1e-4
+
+
+def test_cli_fit_plain_dim_entropy_csv_with_bootstrap_band(tmp_path, capsys, monkeypatch):
+    """The README's CSV (only ``dim,contrastive_entropy``) is one group, with a note; ``--bootstrap`` draws a band."""
+    from st_magnitude.cli import main
+    from st_magnitude.scaling import plots
+
+    rng = np.random.default_rng(0)
+    dims = [8, 16, 32, 64, 128, 256]
+    rows = [{"dim": d, "contrastive_entropy": float(dimension_law(d, 4.0, 0.6, 1.5)) * (1 + 0.01 * rng.normal())}
+            for d in dims]  # fmt: skip
+    _write_csv(tmp_path / "sweep.csv", rows)
+    figures = []
+    real = plots.dimension_fits_figure
+    monkeypatch.setattr(plots, "dimension_fits_figure", lambda *a, **k: figures.append(real(*a, **k)) or figures[-1])
+    plot = tmp_path / "law.png"
+    code = main(["scaling", "fit", str(tmp_path / "sweep.csv"), "--bootstrap", "30", "--plot", str(plot)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "note: no recipe / dataset column" in printed and "all rows are one group" in printed
+    assert "all: L(D) =" in printed and "95% CI" in printed
+    assert plot.is_file()
+    (ax,) = figures[0].axes
+    assert ax.get_xlabel() == "embedding dimension D" and ax.get_ylabel() == "contrastive_entropy"
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1  # the bootstrap band (fill_between)
+    # the band holds the fitted curve: it is the 2.5/97.5 percentiles of the refits' curves
+    curve = ax.lines[1].get_ydata()
+    verts = bands[0].get_paths()[0].vertices
+    assert verts[:, 1].min() <= curve.min() + 1e-9 and verts[:, 1].max() >= curve.max() - 1e-9
+
+
+def test_fit_band_is_the_percentiles_of_the_refit_curves():
+    from st_magnitude.scaling.fit import fit_dimension_law
+
+    dims = np.array([8, 16, 32, 64, 128, 256], dtype=float)
+    y = dimension_law(dims, 4.0, 0.6, 1.5) * (1 + 0.01 * np.random.default_rng(1).normal(size=dims.size))
+    fit = fit_dimension_law(dims, y, bootstrap=25, seed=3)
+    assert fit.bootstrap_params.shape == (25, 3)
+    low, high = fit.predict_band(dims)
+    loop = np.array([[A / d**alpha + delta for d in dims] for A, alpha, delta in fit.bootstrap_params])
+    np.testing.assert_allclose(low, np.percentile(loop, 2.5, axis=0))
+    np.testing.assert_allclose(high, np.percentile(loop, 97.5, axis=0))
+    with pytest.raises(ValueError, match="bootstrap > 0"):
+        fit_dimension_law(dims, y).predict_band(dims)
