@@ -30,7 +30,7 @@ from torch import Tensor
 
 from st_magnitude._warnings import NormBoundWarning
 from st_magnitude.modules._io import ConfigWeightsModule
-from st_magnitude.modules.role_normalize import _ROLE_ALIASES, ROLES
+from st_magnitude.modules.role_normalize import ROLES, resolve_role
 
 
 class MIPSAugment(ConfigWeightsModule):
@@ -65,15 +65,7 @@ class MIPSAugment(ConfigWeightsModule):
         return {"max_norm": self.max_norm, "dimension": self.dimension, "default_role": self.default_role}
 
     def resolve_role(self, task: Any) -> str:
-        if task is None:
-            return self.default_role
-        role = _ROLE_ALIASES.get(str(task).lower())
-        if role is None:
-            raise ValueError(
-                f"MIPSAugment got task {task!r}; valid roles are 'query' and 'document' (aliases: "
-                f"{sorted(_ROLE_ALIASES)}). Encode with encode_query / encode_document."
-            )
-        return role
+        return resolve_role("MIPSAugment", task, self.default_role, "Encode with encode_query / encode_document.")
 
     def augment(self, emb: Tensor, role: str) -> Tensor:
         """``[v, 0]`` for a query, ``[v, sqrt(max(M² − ‖v‖², 0))]`` for a document (computed in float64)."""

@@ -35,6 +35,19 @@ _ROLE_ALIASES = {
 }
 
 
+def resolve_role(owner: str, task: Any, default_role: str, hint: str) -> str:
+    """The role (``"query"`` / ``"document"``) a ``task`` names, ``default_role`` for none; a clear error otherwise."""
+    if task is None:
+        return default_role
+    role = _ROLE_ALIASES.get(str(task).lower())
+    if role is None:
+        raise ValueError(
+            f"{owner} got task {task!r}; valid roles are 'query' and 'document' (aliases: {sorted(_ROLE_ALIASES)}). "
+            + hint
+        )
+    return role
+
+
 class RoleNormalize(ConfigWeightsModule):
     """Rescale ``sentence_embedding`` by ``1 / ‖v‖^γ`` with a γ that depends on the input's role.
 
@@ -112,15 +125,8 @@ class RoleNormalize(ConfigWeightsModule):
         return PowerNormSimilarity(*self._fixed, eps=self.eps)
 
     def resolve_role(self, task: Any) -> str:
-        if task is None:
-            return self.default_role
-        role = _ROLE_ALIASES.get(str(task).lower())
-        if role is None:
-            raise ValueError(
-                f"RoleNormalize got task {task!r}; valid roles are 'query' and 'document' "
-                f"(aliases: {sorted(_ROLE_ALIASES)}). Set router_mapping / encode_query / encode_document accordingly."
-            )
-        return role
+        hint = "Set router_mapping / encode_query / encode_document accordingly."
+        return resolve_role("RoleNormalize", task, self.default_role, hint)
 
     def forward(self, features: dict[str, Tensor], task: str | None = None, **kwargs) -> dict[str, Tensor]:
         if task is None:
