@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.toy_beir import write_toy_beir
 from safetensors.torch import load_file
-from toy_beir import write_toy_beir
 
 from st_magnitude.cli import main
 

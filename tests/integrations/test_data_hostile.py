@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude.cli import main
 from st_magnitude.integrations.data import load_beir

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import WORDS, build_tiny_bert_dir
-from toy_beir import write_toy_beir
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude.cli import main
 from st_magnitude.replication.runner import run_claim
