@@ -49,7 +49,7 @@ def test_a_command_runs_with_one_line_warnings_and_quiet_transformers_then_resto
 def test_replicate_help_names_the_profile_default(capsys):
     assert main(["replicate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "default: cpu" in text and "default: 3" in text
+    assert "default: cpu" in text and "default: 5" in text
 
 
 def test_counts_agree_in_number():

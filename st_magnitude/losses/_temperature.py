@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from st_magnitude.losses._checks import LEARNABLE, positive_finite
+
 __all__ = [
     "LEARNABLE",
     "MAX_SCALE",
@@ -39,7 +41,6 @@ __all__ = [
     "temperature_config",
 ]
 
-LEARNABLE = "learnable"
 #: CLIP's bound on the logit scale (Radford et al. 2021, §2.5); the learnable temperature is correspondingly ≥ 0.01.
 MAX_SCALE = 100.0
 
@@ -81,13 +82,8 @@ class LearnableScale(nn.Module):
 
 
 def _parse(value: Any, name: str, meaning: str) -> float | str:
-    if isinstance(value, str):
-        if value == LEARNABLE:
-            return LEARNABLE
-        raise ValueError(f"{name} must be a positive finite number ({meaning}) or {LEARNABLE!r}, got {value!r}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number ({meaning}) or {LEARNABLE!r}, got {value!r}")
-    return float(value)
+    """``"learnable"``, or the value as a float when it is a finite number > 0; one error naming both otherwise."""
+    return positive_finite(name, value, f"{meaning}; or {LEARNABLE!r}")
 
 
 def parse_scale(value: Any, default: float, name: str = "scale") -> float | LearnableScale:
@@ -107,7 +103,7 @@ def parse_temperature(value: Any, default: float, name: str = "temperature") -> 
     Raises:
         ValueError: anything but a positive finite number or ``"learnable"``.
     """
-    parsed = _parse(value, name, "scores are divided by it")
+    parsed = _parse(value, name, f"scale = 1/{name}")
     return LearnableScale(1.0 / default) if parsed == LEARNABLE else parsed
 
 

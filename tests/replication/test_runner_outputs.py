@@ -84,7 +84,8 @@ def test_cli_prints_where_it_writes_and_list_shows_recorded_cost(stub, tmp_path,
     (tmp_path / "mkdocs.yml").write_text("site_name: x\n")  # a repository root: still no summary unless asked
     assert main(["replicate", "001", "--seeds", "1", "--data", str(tmp_path), "--out", "o", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("replicate 001: writing the full result to ") and "no summary" in out
+    assert out.splitlines()[0].startswith("replicate 001 (cpu, 1 seed): writing the full result to ")
+    assert "no summary" in out
     assert "wrote " in out and not (tmp_path / "docs").exists()
     argv = ["replicate", "001", "--seeds", "2", "--data", str(tmp_path), "--out", "o", "--device", "cpu"]
     assert main([*argv, "--results", "res"]) == 0
