@@ -81,12 +81,6 @@ def _seeds(record: dict) -> list[dict]:
 
 
 @pytest.mark.slow  # three tiny claim runs and one child process: ~40 s on the shared 2-core machine
-@pytest.mark.xfail(
-    strict=False,
-    reason="after the runner gained recorded costs and the redesigned claims, the resumed seeds differ from an "
-    "uninterrupted run in a field not yet identified (the resume itself, its refusal and the committed summary hold); "
-    "open defect, see the closing note",
-)
 def test_kill_9_after_a_seed_then_the_same_command_resumes_it(setup, tmp_path, caplog):
     results = tmp_path / "results"
     reference = run_claim(CLAIM, **_kwargs(setup, tmp_path / "ref", tmp_path / "ref-results"))
