@@ -204,6 +204,7 @@ def evaluate(model, sets: dict, args) -> tuple[dict, dict]:
 
     from st_magnitude.evaluation._retrieval import per_query_auc, pooled_auc_pools, pooled_auc_score
     from st_magnitude.evaluation.ir import exact_search, per_query_metrics
+    from st_magnitude.replication.common import auc_stat, pooled_auc_statistic
 
     kw = {"batch_size": 128, "convert_to_tensor": True, "show_progress_bar": False}
     metrics, material = {}, {}
@@ -225,9 +226,12 @@ def evaluate(model, sets: dict, args) -> tuple[dict, dict]:
                 "queries": len(qids),
                 "corpus": len(ds["ids"]),
             }
-            counts = QueryPairCounts(pools, len(qids))
+            counts = pooled_auc_statistic(
+                {f: getattr(pools, f) for f in ("positives", "negatives", "positive_query", "negative_query")},
+                len(qids),
+            )
             full = np.arange(len(qids))
-            assert abs(pooled_auc_counts(counts, full) - metrics[key]["pooled_auc"]) < 1e-9, "pair counts disagree"
+            assert abs(auc_stat(counts, full) - metrics[key]["pooled_auc"]) < 1e-9, "pair counts disagree"
             material[key] = {"ndcg": [ndcg[i]["ndcg@10"] for i in qids], "pools": counts, "raw": pools}
     return metrics, material
 
@@ -241,35 +245,10 @@ def calibrate(material: dict) -> dict:
     return calibration_report(calibration, material["nfcorpus/test"]["raw"])
 
 
-class QueryPairCounts:
-    """Pooled AUC over any multiset of queries without re-ranking: ``U[q, q']`` counts the (positive of q, negative
-    of q') pairs won (ties ½), so with query multiplicities w, AUC = wᵀUw / ((wᵀP)(wᵀN)) — exactly the pooled AUC
-    (``pooled_auc_score``) of the resampled pools, at the cost of one matrix product per bootstrap replicate."""
-
-    def __init__(self, pools, n_queries: int) -> None:
-        self.n = n_queries
-        self.P = np.bincount(pools.positive_query, minlength=n_queries).astype(float)
-        self.N = np.bincount(pools.negative_query, minlength=n_queries).astype(float)
-        self.U = np.zeros((n_queries, n_queries))
-        positives = np.asarray(pools.positives, dtype=np.float64)
-        for j in range(n_queries):
-            neg = np.sort(np.asarray(pools.negatives[pools.negative_query == j], dtype=np.float64))
-            below = np.searchsorted(neg, positives, side="left")
-            ties = np.searchsorted(neg, positives, side="right") - below
-            self.U[:, j] = np.bincount(pools.positive_query, weights=below + 0.5 * ties, minlength=n_queries)
-
-    def __len__(self) -> int:
-        return self.n
-
-
-def pooled_auc_counts(counts: QueryPairCounts, idx) -> float:
-    w = np.bincount(np.asarray(idx), minlength=counts.n).astype(float)
-    return float(w @ counts.U @ w / ((w @ counts.P) * (w @ counts.N)))
-
-
 def comparisons(material: dict, args) -> list[dict]:
     """learnable − fixed over seeds, per evaluation set: nDCG@10 (per-query mean) and pooled AUC (statistic)."""
     from st_magnitude.evaluation.stats import compare_arms
+    from st_magnitude.replication.common import auc_stat
 
     out = []
     seeds = sorted(set(material["learnable"]) & set(material["fixed"]))
@@ -285,7 +264,7 @@ def comparisons(material: dict, args) -> list[dict]:
             compare_arms(
                 [m["pools"] for m in a],
                 [m["pools"] for m in b],
-                statistic=pooled_auc_counts,
+                statistic=auc_stat,
                 n_boot=args.auc_boot,
                 **names,
             ).to_dict()
