@@ -92,7 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.mw_seeds, args.log_every, args.n_boot, args.auc_boot = 1, 1, 50, 20
         args.eval_corpus, args.eval_queries = 40, 5
     args.mw_seeds = args.seeds if args.mw_seeds is None else args.mw_seeds
-    if args.data is None:
+    if args.data is None and args.render is None:
         root = os.environ.get("ST_MAGNITUDE_DATA")
         if not root:
             p.error("set ST_MAGNITUDE_DATA (the folder holding beir/) or pass --data")
