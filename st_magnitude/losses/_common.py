@@ -89,6 +89,7 @@ def resolve_similarity(
                 )
         return get_similarity("dot"), carried, name
 
+    from_model = similarity is None  # "what the model serves": dot on a model ending in Normalize is its cosine
     if similarity is None:
         fn_name = getattr(model, "similarity_fn_name", None)
         if fn_name not in ("cosine", "dot"):
@@ -104,7 +105,7 @@ def resolve_similarity(
         )
     name = _name_of(sim)
     keeps_magnitude = isinstance(sim, LearnableSimilarity) or (sim.gamma_query, sim.gamma_document) != (1.0, 1.0)
-    if keeps_magnitude and model_gammas(model) == (1.0, 1.0):
+    if keeps_magnitude and not from_model and model_gammas(model) == (1.0, 1.0):
         warnings.warn(
             f"{loss_name}: similarity {name!r} keeps embedding magnitude, but the model ends in Normalize, so every "
             f"embedding has norm 1 and {name!r} trains exactly like cosine. Convert the model first with "

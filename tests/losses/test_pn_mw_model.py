@@ -200,6 +200,22 @@ def test_no_warning_for_cosine_or_converted(tiny_model, tiny_bert_dir):
         CachedMWLoss(converted, None)
 
 
+def test_similarity_none_on_a_normalize_model_serving_dot_is_its_cosine_without_warning(tiny_model):
+    """``apply_similarity(model, "cosine")`` leaves a model that ends in Normalize and serves ``dot``; a loss asked for
+    "what the model carries" (similarity=None) trains its cosine, so the "dot keeps magnitude" warning is wrong there
+    (it stays for an explicit ``similarity="dot"``, tested above). The loss equals the cosine loss."""
+    tiny_model.similarity_fn_name = "dot"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LossSimilarityWarning)
+        from_model = PartialNormInfoNCELoss(tiny_model, None)
+        mw = MWLoss(tiny_model, None)
+    assert mw is not None
+    b = batch(tiny_model, 3)
+    with torch.no_grad():
+        cosine = float(PartialNormInfoNCELoss(tiny_model, "cosine")(b, None))
+        assert float(from_model(b, None)) == pytest.approx(cosine)
+
+
 def test_plain_learnable_warns_not_saved(tiny_model_raw):
     with pytest.warns(LossSimilarityWarning, match="never saves"):
         loss = PartialNormInfoNCELoss(tiny_model_raw, "learnable")
