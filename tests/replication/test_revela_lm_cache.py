@@ -22,14 +22,14 @@ def test_smollm2_is_loaded_once_and_each_run_gets_a_fresh_copy(monkeypatch):
         cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                           num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
         torch.manual_seed(0)
-        return LlamaForCausalLM(cfg).to(dtype), _Tok()
+        return LlamaForCausalLM(cfg).to(dtype)
 
     monkeypatch.setattr(c004_revela, "_SMOLLM2", {})
     import transformers
 
     monkeypatch.setattr(c004_revela, "smollm2_folder", lambda: ("folder", "model.gguf"))
     monkeypatch.setattr(
-        transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, dtype=None, **k: fake_load(dtype)[0]
+        transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, dtype=None, **k: fake_load(dtype)
     )
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _Tok())
 
