@@ -89,7 +89,6 @@ def resolve_similarity(
                 )
         return get_similarity("dot"), carried, name
 
-    from_model = similarity is None  # "what the model serves": dot on a model ending in Normalize is its cosine
     if similarity is None:
         fn_name = getattr(model, "similarity_fn_name", None)
         if fn_name not in ("cosine", "dot"):
@@ -97,7 +96,9 @@ def resolve_similarity(
                 f"{loss_name}: similarity=None means 'use what the model carries', but this model is not converted "
                 f"and its similarity_fn_name is {fn_name!r}. Pass one of {list(similarity_names(power_norm=True))}."
             )
-        similarity = fn_name
+        # dot on a model that ends in Normalize (what apply_similarity(model, "cosine") leaves) is its cosine: name the
+        # similarity that really trains, so the config and model card say "cosine" and no magnitude warning is raised
+        similarity = "cosine" if fn_name == "dot" and model_gammas(model) == (1.0, 1.0) else fn_name
     sim = get_similarity(similarity) if isinstance(similarity, str) else similarity
     if not isinstance(sim, PowerNormSimilarity):  # tn and other non-power-norm similarities have no γ to train
         raise TypeError(
@@ -105,7 +106,7 @@ def resolve_similarity(
         )
     name = _name_of(sim)
     keeps_magnitude = isinstance(sim, LearnableSimilarity) or (sim.gamma_query, sim.gamma_document) != (1.0, 1.0)
-    if keeps_magnitude and not from_model and model_gammas(model) == (1.0, 1.0):
+    if keeps_magnitude and model_gammas(model) == (1.0, 1.0):
         warnings.warn(
             f"{loss_name}: similarity {name!r} keeps embedding magnitude, but the model ends in Normalize, so every "
             f"embedding has norm 1 and {name!r} trains exactly like cosine. Convert the model first with "

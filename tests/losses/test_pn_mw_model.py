@@ -203,13 +203,15 @@ def test_no_warning_for_cosine_or_converted(tiny_model, tiny_bert_dir):
 def test_similarity_none_on_a_normalize_model_serving_dot_is_its_cosine_without_warning(tiny_model):
     """``apply_similarity(model, "cosine")`` leaves a model that ends in Normalize and serves ``dot``; a loss asked for
     "what the model carries" (similarity=None) trains its cosine, so the "dot keeps magnitude" warning is wrong there
-    (it stays for an explicit ``similarity="dot"``, tested above). The loss equals the cosine loss."""
+    (it stays for an explicit ``similarity="dot"``, tested above). The loss equals the cosine loss and its config names
+    "cosine", the similarity that trains."""
     tiny_model.similarity_fn_name = "dot"
     with warnings.catch_warnings():
         warnings.simplefilter("error", LossSimilarityWarning)
         from_model = PartialNormInfoNCELoss(tiny_model, None)
         mw = MWLoss(tiny_model, None)
-    assert mw is not None
+    assert from_model.get_config_dict()["similarity"] == "cosine"
+    assert mw.get_config_dict()["similarity"] == "cosine"
     b = batch(tiny_model, 3)
     with torch.no_grad():
         cosine = float(PartialNormInfoNCELoss(tiny_model, "cosine")(b, None))
