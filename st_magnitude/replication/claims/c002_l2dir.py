@@ -14,6 +14,7 @@ import warnings
 
 import torch
 
+from st_magnitude.callbacks import LossStateCallback
 from st_magnitude.evaluation import stats
 from st_magnitude.losses import L2DirLoss
 from st_magnitude.losses.info_tn import InfoTNCollapseWarning, info_nce_loss
@@ -58,7 +59,16 @@ def run_seed(ctx: Context) -> dict:
                 loss = cls(model, lambda_=lam, temperature=s["temperature"], tn_temperature=s["tn_temperature"])
             return loss, {}
 
-        arms[arm] = fine_tune_and_eval(ctx, prepare=prepare, pairs=pairs, sets=sets, similarity="cosine")
+        # the NAP head lives in the loss: the callback is how a user's run keeps it (the protocol never checkpoints,
+        # so it changes nothing here but keeps the protocol the way the docs tell users to train)
+        arms[arm] = fine_tune_and_eval(
+            ctx,
+            prepare=prepare,
+            pairs=pairs,
+            sets=sets,
+            similarity="cosine",
+            callbacks_for=lambda loss: [LossStateCallback(loss)],
+        )
     return {"arms": arms}
 
 
