@@ -7,7 +7,8 @@ comparison of noise, and a "contradicts" would blame the paper for the budget. S
   measured against (InfoNCE, cosine, ...) must be better than the untrained base on the judged data, with the whole
   95 % interval above 0;
 - **training converged on a dev split** where the paper trains with early stopping (:func:`converged`): in every
-  seed the best dev score came before the last evaluation, or the last evaluations moved it by less than a tolerance.
+  seed the dev score rose and peaked between the first trained evaluation and the last one (a peak at the first
+  check is not resolved by the schedule), or plateaued at the end within a tolerance.
 
 :func:`apply_gates` keeps the rule's verdict as ``ungated_verdict`` and replaces the verdict by
 :data:`NOT_REACHED` when a gate fails — never "contradicts".
@@ -40,26 +41,42 @@ def beats_base(comparison: ArmComparison, *, lower_is_better: bool = False) -> d
 
 
 def converged(histories: Sequence[Sequence[dict[str, float]]], *, key: str, tol: float, arm: str) -> dict[str, Any]:
-    """Gate: in every seed, the dev score ``key`` (higher is better) of ``arm`` stopped improving.
+    """Gate: in every seed, the dev score ``key`` (higher is better) of ``arm`` rose and then stopped improving, at a
+    point the dev schedule resolves.
 
-    ``histories``: per seed, the dev evaluations in order (``[{"step": s, key: v}, ...]``). A seed converged when its
-    best score came before its last evaluation (early stopping saw no further gain), or when the last evaluation
-    improved on the one before by at most ``tol``.
+    ``histories``: per seed, the dev evaluations in order (``[{"step": s, key: v}, ...]``), the first one before
+    training (step 0). A seed converged when its best score is
+
+    * after the first trained evaluation and before the last one (early stopping saw the rise and the fall), or
+    * the last of at least three evaluations, improving on the one before by at most ``tol`` (a plateau).
+
+    A best score *at* the first trained evaluation does not count: the schedule cannot tell where between step 0 and
+    that check the score peaked, nor a peak from a collapse right after it (evaluate earlier and more often). A best
+    score at step 0 (training never beat the start) does not count either.
     """
     if tol < 0:
         raise ValueError(f"tol must be >= 0, got {tol}")
-    done = []
+    done, unresolved, no_gain = [], 0, 0
     for rows in histories:
         values = [float(r[key]) for r in rows]
         if len(values) < 2:
             done.append(False)
             continue
         best = max(range(len(values)), key=values.__getitem__)
-        done.append(best < len(values) - 1 or values[-1] - values[-2] <= tol)
+        unresolved += best == 1
+        no_gain += best == 0
+        peak = 1 < best < len(values) - 1
+        plateau = best == len(values) - 1 and len(values) >= 3 and values[-1] - values[-2] <= tol
+        done.append(peak or plateau)
+    reason = f"converged in {sum(done)}/{len(done)} seeds"
+    if unresolved:
+        reason += f"; best at the first dev check after step 0 in {unresolved} (the schedule does not resolve the peak)"
+    if no_gain:
+        reason += f"; never above the step-0 dev score in {no_gain}"
     return {
-        "gate": f"{arm} converged on the dev split ({key} stopped improving by more than {tol:g})",
+        "gate": f"{arm} converged on the dev split ({key} rose, then stopped improving by more than {tol:g})",
         "passed": bool(done) and all(done),
-        "reason": f"converged in {sum(done)}/{len(done)} seeds",
+        "reason": reason,
     }
 
 

@@ -306,6 +306,23 @@ def test_converged_gate_reads_the_dev_history():
     assert not converged([peaked(6), rising(5)], key="dev", tol=0.0, arm="a")["passed"]
     assert converged([rising(5)], key="dev", tol=0.05, arm="a")["passed"]  # gains below tol count as converged
     assert not converged([[{"step": 0, "dev": 0.1}]], key="dev", tol=0.0, arm="a")["passed"]
+
+
+def test_converged_gate_refuses_a_peak_the_schedule_does_not_resolve():
+    """Best at the first trained check, then a collapse (the shape of a too-coarse schedule or a learning rate that
+    diverges after warm-up): early stopping "stopped", but nothing says where the peak was, so the gate fails; so
+    does a history that never beats its step-0 score."""
+    first_check = [{"step": 0, "dev": 0.055}, {"step": 50, "dev": 0.105}] + [
+        {"step": 50 * i, "dev": 0.04 + 0.002 * i} for i in range(2, 6)
+    ]
+    gate = converged([peaked(6), first_check], key="dev", tol=0.002, arm="a")
+    assert not gate["passed"] and "first dev check" in gate["reason"] and "1/2" in gate["reason"]
+    never = [{"step": 50 * i, "dev": 0.1 - 0.01 * i} for i in range(5)]
+    gate = converged([never], key="dev", tol=0.002, arm="a")
+    assert not gate["passed"] and "never above the step-0" in gate["reason"]
+    # the same rise and fall, resolved by a finer schedule, passes
+    fine = [{"step": 10 * i, "dev": 0.1 - 0.004 * abs(i - 3)} for i in range(8)]
+    assert converged([fine], key="dev", tol=0.002, arm="a")["passed"]
     with pytest.raises(ValueError, match="tol"):
         converged([], key="dev", tol=-1, arm="a")
 
