@@ -70,7 +70,7 @@ def converged(histories: Sequence[Sequence[dict[str, float]]], *, key: str, tol:
         done.append(peak or plateau)
     reason = f"converged in {sum(done)}/{len(done)} seeds"
     if unresolved:
-        reason += f"; best at the first dev check after step 0 in {unresolved} (the schedule does not resolve the peak)"
+        reason += f"; best at the first dev check after step 0 in {unresolved} (the schedule misses the peak)"
     if no_gain:
         reason += f"; never above the step-0 dev score in {no_gain}"
     return {
