@@ -179,28 +179,29 @@ CLAIM = Claim(
     paper_number="MiniLM in-distribution: AUC +0.13 to +0.14 (e.g. MS MARCO 0.67 → 0.81), nDCG 0.44 → 0.43",
     verdict_rule=(
         "gates: InfoNCE beats the untrained base on NFCorpus test nDCG@10 (whole 95% CI above 0) and both arms "
-        "converged on NFCorpus dev (early stopping, or the last evaluation gained ≤ 0.002), else 'not reached at "
-        "this budget'. Then on NFCorpus test (in distribution): reproduces if pooled AUC(MW) − AUC(InfoNCE) > 0 "
-        "with the whole 95% CI above 0 AND nDCG@10(MW) − nDCG@10(InfoNCE) > −0.02 with the whole CI above −0.02; "
-        "contradicts if either CI lies wholly on the wrong side; else inconclusive. SciFact (zero-shot) is reported."
+        "converged on NFCorpus dev (a dev peak after the first trained check and before the last, or a final plateau "
+        "gaining ≤ 0.002), else 'not reached at this budget'. Then on NFCorpus test (in distribution): reproduces "
+        "if pooled AUC(MW) − AUC(InfoNCE) > 0 with the whole 95% CI above 0 AND nDCG@10(MW) − nDCG@10(InfoNCE) "
+        "> −0.02 with the whole CI above −0.02; contradicts if either CI lies wholly on the wrong side; else "
+        "inconclusive. SciFact (zero-shot) is reported."
     ),
     profiles={
         "cpu": retrieval_profile(
             "bert-tiny",
             {"steps": 600},
-            learning_rate=1e-4,
+            learning_rate=3e-5,
             batch_size=32,
             max_seq_length=64,
-            training={"eval_every": 50, "patience": 4},
+            training={"eval_every": 25, "patience": 6},
             **_COMMON,
         ),
         "gpu": retrieval_profile(
             "bert-tiny",
             {"steps": 3000},
-            learning_rate=5e-5,
+            learning_rate=3e-5,
             batch_size=64,
             max_seq_length=128,
-            training={"eval_every": 100, "patience": 5},
+            training={"eval_every": 50, "patience": 8},
             **_COMMON,
         ),
     },
@@ -208,14 +209,16 @@ CLAIM = Claim(
         "cpu": [
             f"base: {describe_model('bert-tiny')} (paper: MiniLM / XLM-R from foundation checkpoints)",
             "train: NFCorpus train, up to 600 steps × batch 32 with 5 base-mined hard negatives (ranks 11-15 of the "
-            "non-positives), lr 1e-4, max_seq_length 64, early stopping on NFCorpus dev nDCG@10 (200 queries, "
-            "1,000 docs; every 50 steps, patience 4) (paper: NQ/NLI/SQuAD/MS MARCO, batch 64, up to 20 epochs)",
+            "non-positives), lr 3e-5 (the paper's best at batch 64, 001 App. B Table 3; at 1e-4 both arms peaked at "
+            "the first dev check and then fell below the base), max_seq_length 64, early stopping on NFCorpus dev "
+            "nDCG@10 (200 queries, 1,000 docs; every 25 steps, patience 6) (paper: NQ/NLI/SQuAD/MS MARCO, batch 64, "
+            "up to 20 epochs, 500 warm-up steps)",
             "pooled AUC with the top 500 non-positives per query of the full NFCorpus and SciFact test corpora",
         ],
         "gpu": [
             "base: bert-tiny by default; pass --model <folder> (e.g. a MiniLM-L12 foundation checkpoint)",
-            "train: NFCorpus train, up to 3,000 steps × batch 64 with 5 mined hard negatives, lr 5e-5, "
-            "max_seq_length 128, early stopping on NFCorpus dev (every 100 steps, patience 5); full test corpora",
+            "train: NFCorpus train, up to 3,000 steps × batch 64 with 5 mined hard negatives, lr 3e-5, "
+            "max_seq_length 128, early stopping on NFCorpus dev (every 50 steps, patience 8); full test corpora",
         ],
     },
     can_establish={
