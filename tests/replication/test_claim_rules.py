@@ -306,6 +306,8 @@ def test_converged_gate_reads_the_dev_history():
     assert not converged([peaked(6), rising(5)], key="dev", tol=0.0, arm="a")["passed"]
     assert converged([rising(5)], key="dev", tol=0.05, arm="a")["passed"]  # gains below tol count as converged
     assert not converged([[{"step": 0, "dev": 0.1}]], key="dev", tol=0.0, arm="a")["passed"]
+    with pytest.raises(ValueError, match="tol"):
+        converged([], key="dev", tol=-1, arm="a")
 
 
 def test_converged_gate_refuses_a_peak_the_schedule_does_not_resolve():
@@ -323,8 +325,6 @@ def test_converged_gate_refuses_a_peak_the_schedule_does_not_resolve():
     # the same rise and fall, resolved by a finer schedule, passes
     fine = [{"step": 10 * i, "dev": 0.1 - 0.004 * abs(i - 3)} for i in range(8)]
     assert converged([fine], key="dev", tol=0.002, arm="a")["passed"]
-    with pytest.raises(ValueError, match="tol"):
-        converged([], key="dev", tol=-1, arm="a")
 
 
 def test_apply_gates_never_turns_a_failed_gate_into_contradicts():
