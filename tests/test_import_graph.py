@@ -18,8 +18,14 @@ ROOT = Path(__file__).resolve().parents[1] / "st_magnitude"
 
 #: Top layer: command-line and workflow modules. Nothing below may import them. ``cli`` is every command
 #: (``cli/<command>.py``), ``experiments`` the compare job, ``replication.runner`` the claim runner behind
-#: ``st-magnitude replicate`` (the claims themselves are library code it drives).
-APPLICATION = ("st_magnitude.cli", "st_magnitude.experiments", "st_magnitude.replication.runner")
+#: ``st-magnitude replicate`` and ``replication.merge`` its merge of runs made in parts (the claims themselves are
+#: library code they drive).
+APPLICATION = (
+    "st_magnitude.cli",
+    "st_magnitude.experiments",
+    "st_magnitude.replication.runner",
+    "st_magnitude.replication.merge",
+)
 
 
 def _module_name(path: Path) -> str:

@@ -62,6 +62,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="recompute the comparisons and verdict of a finished run from its full JSON (no training)",
     )
     p.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="FULL_JSON",
+        help="merge the full JSONs of one run made in parts (disjoint seeds, e.g. one process per seed with "
+        "--first-seed K --seeds 1) into one result in --out, decided by the claim's rule (no training)",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="run the profile's exact code path at the claim's tiny sizes (seconds on CPU); writes no summary",
@@ -95,6 +103,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"rewriting {args.redecide}" + (f"; summary to {results}" if results else "; no summary (no --results)"))
         record = redecide(args.redecide, results)
         print(f"{record['claim']} ({record['profile']}): {record['decision'].get('ours', '')}")
+        print(f"  verdict: {record['verdict']}")
+        print(f"  wrote {record['full_result']}" + (f" and {record['summary_result']}" if results else ""))
+        return 0
+    if args.merge:
+        from st_magnitude.replication.merge import merge_runs
+
+        record = merge_runs(args.merge, args.out, results, force=args.force)
+        r = record["resources"]
+        print(
+            f"{record['claim']} ({record['profile']}): merged {len(args.merge)} parts, "
+            f"{_count(len(record['seeds']), 'seed')} {[s['seed'] for s in record['seeds']]}, "
+            + (f"{r['cpu_seconds']:.0f} CPU-s" if r["cpu_seconds"] is not None else "CPU-s not recorded")
+        )
+        print(f"  ours: {record['decision'].get('ours', '')}")
         print(f"  verdict: {record['verdict']}")
         print(f"  wrote {record['full_result']}" + (f" and {record['summary_result']}" if results else ""))
         return 0

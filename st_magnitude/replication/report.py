@@ -51,6 +51,13 @@ git), and the small summary this page is built from only when asked: `--results 
 summary with more seeds is not replaced without `--force`). Costs are the recorded ones: CPU-seconds of the run's
 process and its children (`resource.getrusage`), wall time, and the load average at start → end.
 
+A killed run continues where it stopped when the same command is run again. Each seed seeds its own random number
+generators, so seeds can also run as separate processes at once (`--first-seed K --seeds 1`, one process per seed on
+one GPU or several machines) and be merged into one result with `st-magnitude replicate --merge FULL_JSON...
+--results docs/replication/results`; the merge refuses parts that differ in settings, model, precision, device, GPU or
+torch version, or that repeat a seed. A merged run's cost is its parts' CPU-seconds summed, and its wall time runs
+from the first part's start to the last part's end.
+
 The same statistics serve any two-arm comparison: collect, per seed, the per-query scores of both arms on the same
 queries and call `st_magnitude.evaluation.stats.compare_arms(per_seed_a, per_seed_b, metric=..., arm_a=...,
 arm_b=...)`; its `.ci` (95% interval), `.significant`, `.components` and `.describe()` ("… within noise" when the
@@ -267,6 +274,14 @@ def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str
         f"{cost['load']}",
         "- settings: " + ", ".join(f"{k}={v}" for k, v in rec["settings"].items()),
     ]
+    if rec.get("merged_from"):
+        parts = rec["merged_from"]
+        lines.append(
+            f"- run as {len(parts)} parts at once or in turn (seeds "
+            + "; ".join(", ".join(map(str, m["seeds"])) for m in parts)
+            + "), merged with `st-magnitude replicate --merge`: the cost is the parts' CPU-s summed, the wall time "
+            "from the first part's start to the last part's end"
+        )
     if rec.get("redecided_utc"):
         lines.append(
             f"- comparisons and verdict recomputed from the stored per-item scores on {rec['redecided_utc']} "

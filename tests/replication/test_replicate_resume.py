@@ -1,4 +1,5 @@
-"""`replicate` killed with SIGKILL mid-run resumes; a refused run leaves no folder behind.
+"""A run in parts: `replicate` killed with SIGKILL mid-run resumes; per-seed runs merge into the run one process
+makes; a refused run leaves no folder behind.
 
 The kill is real: a child process runs the claim and sends itself SIGKILL right after the first seed's partial
 result was written (the moment a kill loses the most work). The next run of the same configuration continues that
@@ -22,6 +23,7 @@ from conftest import WORDS, build_tiny_bert_dir
 from helpers.toy_beir import write_toy_beir
 
 from st_magnitude.cli import main
+from st_magnitude.replication.merge import merge_runs
 from st_magnitude.replication.runner import run_claim
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,3 +128,57 @@ def test_a_refused_model_leaves_no_out_folder(setup, tmp_path, capsys):
         assert "Traceback" not in err and err.count("error:") == 1, err
         assert not out.exists(), f"{name}: {list(out.iterdir())}"
     assert not (tmp_path / "results").exists()
+
+
+def _part(setup, out: Path, seed: int) -> dict:
+    kw = _kwargs(setup, out, None)
+    kw.update(
+        seeds=1, first_seed=seed, command=f"st-magnitude replicate {CLAIM} --seeds 1 --first-seed {seed} --device cpu"
+    )
+    return run_claim(CLAIM, **kw)
+
+
+@pytest.mark.slow  # four tiny seed runs: ~40 s on the shared 2-core machine
+def test_per_seed_parts_merge_into_the_run_one_process_makes(setup, tmp_path):
+    """Seeds run in separate processes (``--first-seed K --seeds 1``, e.g. at once on one GPU) and merged give the
+    seeds and the decision of one uninterrupted 2-seed run."""
+    reference = run_claim(CLAIM, **_kwargs(setup, tmp_path / "ref", tmp_path / "ref-results"))
+    parts = [_part(setup, tmp_path / f"part{k}", k)["full_result"] for k in (1, 0)]
+    merged = merge_runs(parts, tmp_path / "merged")
+    assert _seeds(merged) == _seeds(reference)
+    assert _no_time(merged["decision"]) == _no_time(reference["decision"])
+
+
+def test_merge_sums_the_parts_costs_and_refuses_parts_of_other_runs(setup, tmp_path, capsys):
+    """``--merge``: seeds in order, the parts' CPU-seconds summed, a command that reproduces the merged seeds, every
+    part listed; parts that are not one run (other settings, a seed twice, one part) are refused by name."""
+    part0 = _part(setup, tmp_path / "part0", 0)
+    rec = json.loads(Path(part0["full_result"]).read_text())
+    rec["seeds"][0]["seed"], rec["command"] = 1, rec["command"].replace("--first-seed 0", "--first-seed 1")
+    rec["resources"]["cpu_seconds"] = 7.5
+    part1 = tmp_path / "part1.json"
+    part1.write_text(json.dumps(rec))  # seed 0's record standing in for seed 1: the merge reads, it does not train
+    files = [str(part1), part0["full_result"]]
+    results, out = tmp_path / "results", tmp_path / "merged"
+    assert main(["replicate", "--merge", *files, "--out", str(out), "--results", str(results)]) == 0
+    assert "merged 2 parts, 2 seeds [0, 1]" in capsys.readouterr().out
+    (full_file,) = out.iterdir()
+    merged = json.loads(full_file.read_text())
+    assert [s["seed"] for s in merged["seeds"]] == [0, 1] and merged["status"] == "finished"
+    assert merged["resources"]["cpu_seconds"] == pytest.approx(part0["resources"]["cpu_seconds"] + 7.5)
+    assert merged["command"] == f"st-magnitude replicate {CLAIM} --device cpu --seeds 2"
+    assert [m["seeds"] for m in merged["merged_from"]] == [[0], [1]]
+    summary = json.loads((results / f"{CLAIM}-cpu.json").read_text())
+    assert summary["verdict"] == merged["verdict"] and len(summary["seeds"]) == 2
+
+    rec["settings"]["n_boot"] += 1
+    (tmp_path / "other.json").write_text(json.dumps(rec))
+    for argv, why in (
+        ([files[1], str(tmp_path / "other.json")], "differ in settings"),
+        ([files[1], files[1]], "seed(s) [0] appear in more than one part"),
+        ([files[1]], "at least two"),
+    ):
+        assert main(["replicate", "--merge", *argv, "--out", str(tmp_path / "refused")]) == 2
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err, err
+    assert not (tmp_path / "refused").exists()

@@ -1,0 +1,160 @@
+"""Merging the seeds of one claim run in parts (one process per seed, or several machines) into one result.
+
+Each seed seeds its own RNGs (``set_seed``), so seed ``k`` run alone (``--first-seed k --seeds 1``) gives the same
+record as seed ``k`` inside an uninterrupted run; the parts can therefore run at once and be merged afterwards. A
+merge refuses parts that differ in anything that changes the numbers (the :data:`~.resume.RESUME_KEYS`, a dry run,
+the device, the GPU or torch version) or that hold the same seed twice, and names what differs. The merged record
+keeps every part's file, seeds, command and recorded cost under ``merged_from``; its cost is the parts' CPU-seconds
+summed and the wall time from the first part's start to the last part's end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from st_magnitude._files import write_json_atomic
+from st_magnitude.replication.claims import get_claim
+from st_magnitude.replication.resume import RESUME_KEYS
+from st_magnitude.replication.runner import check_replace, public_command, summary
+
+__all__ = ["merge_runs"]
+
+#: fields of ``record["machine"]`` that change the numbers a seed produces
+_MACHINE_KEYS = ("device", "gpu", "torch")
+_CPU_KEYS = ("cpu_seconds", "cpu_seconds_process", "cpu_seconds_children")
+
+
+def merge_runs(
+    full_results: list[str | os.PathLike],
+    out: str | os.PathLike,
+    results: str | os.PathLike | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Merge the full-result files ``full_results`` (parts of one run, disjoint seeds) into one result in ``out``,
+    decided by the claim's own rule; with ``results``, also its summary (refused over a summary with more seeds
+    unless ``force``). Returns the merged record."""
+    if len(full_results) < 2:
+        raise ValueError(f"--merge needs at least two full-result files, got {len(full_results)}")
+    parts = []
+    for p in full_results:
+        path = Path(p)
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {path}: {exc}") from None
+        if not isinstance(rec, dict) or not rec.get("seeds"):
+            raise ValueError(f"{path} holds no finished seed")
+        parts.append((path, rec))
+    parts.sort(key=lambda pr: min(s["seed"] for s in pr[1]["seeds"]))
+    first_path, first = parts[0]
+    for path, rec in parts[1:]:
+        differ = [k for k in (*RESUME_KEYS, "dry_run") if rec.get(k) != first.get(k)]
+        differ += [f"machine {k}" for k in _MACHINE_KEYS if rec["machine"].get(k) != first["machine"].get(k)]
+        if differ:
+            raise ValueError(f"{path} and {first_path} differ in {', '.join(differ)}: they are not parts of one run")
+    seeds = [s for _, rec in parts for s in rec["seeds"]]
+    numbers = [s["seed"] for s in seeds]
+    twice = sorted({n for n in numbers if numbers.count(n) > 1})
+    if twice:
+        raise ValueError(f"seed(s) {twice} appear in more than one part; pass each seed once")
+    seeds.sort(key=lambda s: s["seed"])
+
+    record = {k: v for k, v in first.items() if k not in ("decision", "verdict", "full_result", "summary_result")}
+    record.pop("resumed_utc", None)
+    record.pop("resources_before_resume", None)
+    record.pop("redecided_utc", None)
+    record["seeds"] = seeds
+    record["command"] = _merged_command([rec for _, rec in parts], sorted(numbers))
+    record["merged_from"] = [
+        {
+            "file": path.name,
+            "seeds": [s["seed"] for s in rec["seeds"]],
+            "command": public_command(rec.get("command", "")),
+            "started_utc": rec.get("started_utc"),
+            "finished_utc": rec.get("finished_utc"),
+            "resources": _part_resources(rec),
+        }
+        for path, rec in parts
+    ]
+    record["resources"] = _merged_resources(record["merged_from"])
+    record["wall_seconds"] = record["resources"]["wall_seconds"]
+    record["started_utc"] = min(m["started_utc"] for m in record["merged_from"] if m["started_utc"])
+    ends = [m["finished_utc"] for m in record["merged_from"] if m["finished_utc"]]
+    record["finished_utc"] = max(ends) if ends else None
+    record["merged_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record["decision"] = get_claim(record["claim"]).decide(seeds, record["settings"])
+    record["verdict"] = record["decision"]["verdict"]
+    record["status"] = "finished"
+
+    name = f"{record['claim']}-{record['profile']}" + (f"-{record['tag']}" if record.get("tag") else "")
+    if results is not None:
+        check_replace(Path(results) / f"{name}.json", len(seeds), force)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    full_path = Path(out) / f"{name}-{stamp}-merged.json"
+    write_json_atomic(full_path, record, indent=1)
+    record["full_result"] = str(full_path)
+    if results is not None:
+        record["summary_result"] = str(Path(results) / f"{name}.json")
+        write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
+    return record
+
+
+def _part_resources(rec: dict[str, Any]) -> dict[str, Any]:
+    """A part's whole cost: its own process plus, for a resumed part, the killed processes before it."""
+    total = dict(rec.get("resources") or {})
+    for before in rec.get("resources_before_resume") or []:
+        for k in _CPU_KEYS:
+            if before and before.get(k) is not None and total.get(k) is not None:
+                total[k] = round(total[k] + before[k], 2)
+    return total
+
+
+def _merged_resources(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    res = [m["resources"] for m in parts]
+    out: dict[str, Any] = {
+        k: (round(sum(r[k] for r in res), 2) if all(r.get(k) is not None for r in res) else None) for k in _CPU_KEYS
+    }
+    starts = [_time(m["started_utc"]) for m in parts]
+    ends = [_time(m["finished_utc"]) for m in parts]
+    if all(starts) and all(ends):  # the span from the first start to the last end: parts may have run at once
+        out["wall_seconds"] = round((max(ends) - min(starts)).total_seconds(), 2)
+    else:
+        out["wall_seconds"] = round(sum(r.get("wall_seconds") or 0.0 for r in res), 2)
+    out["load_average_start"] = res[0].get("load_average_start")
+    out["load_average_end"] = res[-1].get("load_average_end")
+    out["parts"] = len(parts)
+    return out
+
+
+def _time(stamp: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(stamp) if stamp else None
+    except ValueError:
+        return None
+
+
+def _merged_command(recs: list[dict[str, Any]], seeds: list[int]) -> str:
+    """The one command that reproduces the merged seeds (the first part's, with its seed range widened) when the
+    seeds are consecutive; otherwise the parts' commands joined by ``;``."""
+    commands = [public_command(r.get("command", "")) for r in recs]
+    if seeds != list(range(seeds[0], seeds[0] + len(seeds))):
+        return "; ".join(commands)
+    try:
+        words = shlex.split(commands[0])
+    except ValueError:
+        return "; ".join(commands)
+    kept, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("--seeds", "--first-seed"):
+            skip = True
+        elif not w.startswith(("--seeds=", "--first-seed=")):
+            kept.append(w)
+    kept += ["--seeds", str(len(seeds))] + (["--first-seed", str(seeds[0])] if seeds[0] else [])
+    return shlex.join(kept)
