@@ -11,6 +11,11 @@
 # judged by `replicate --redecide`, so a capped claim reports fewer seeds instead of nothing. The full results are
 # gzipped at the end; $OUT/summary.tsv lists claim, profile, seeds, verdict and seconds.
 #
+# PER_SEED=1 runs every seed as its own process (`--first-seed K --seeds 1`) and merges the finished ones with
+# `replicate --merge` (a seed that did not finish within the cap is left out): 5 seeds then take about the wall time of
+# one. On one H100 the 000-headline cpu protocol took 275-285 s per seed with 3 seed processes at once and 400 s with 10
+# (five 000-headline and five 003 seeds), so keep claims × seeds near the GPU machine's core count or below.
+#
 # The default profile is `cpu`: the protocols sized to answer within about 60 minutes of 2 CPU cores, which on one
 # GPU fit the cap with 2-5 seeds; the paper-faithful `gpu` profiles need 10-60 minutes per seed (PROFILE=gpu).
 # DRY_RUN=1 runs the same commands with --dry-run on the CPU, one claim after the other (each claim's tiny sizes, real
@@ -31,7 +36,7 @@ OUT=$(cd "$OUT" && pwd) ST_MAGNITUDE_DATA=$(cd "$ST_MAGNITUDE_DATA" && pwd)  # a
 export ST_MAGNITUDE_DATA HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 if [ "${DRY_RUN:-0}" = 1 ]; then
-    DEVICE=cpu EXTRA=(--dry-run) SEEDS=1 CAP=${DRY_CAP:-600}
+    DEVICE=cpu EXTRA=(--dry-run) SEEDS=$([ "${PER_SEED:-0}" = 1 ] && echo 2 || echo 1) CAP=${DRY_CAP:-600}
     export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 else
     DEVICE=cuda EXTRA=()
@@ -49,6 +54,7 @@ run_one() {
         return 0
     fi
     local start=$SECONDS rc
+    if [ "${PER_SEED:-0}" = 1 ]; then run_seeds "$claim"; return; fi
     TIMEFORMAT="wall %R s, user %U s, sys %S s"
     # run inside $dir with relative folders: the command recorded in the committed summary names no machine path
     { time (cd "$dir" && timeout --signal=TERM --kill-after=20 "$CAP" "$PYTHON" -m st_magnitude.cli replicate \
@@ -66,12 +72,38 @@ run_one() {
     fi
 }
 
-echo "profile $PROFILE, seeds $SEEDS, cap $CAP s, device $DEVICE, claims: $CLAIMS" | tee "$OUT/run.txt"
+run_seeds() {  # PER_SEED=1: one process per seed, then one merged (or, for a single finished seed, redecided) result
+    local claim=$1 dir=$OUT/$1 k start=$SECONDS
+    for ((k = 0; k < SEEDS; k++)); do
+        mkdir -p "$dir/full/s$k"
+        (cd "$dir" && timeout --signal=TERM --kill-after=20 "$CAP" "$PYTHON" -m st_magnitude.cli replicate "$claim" \
+            --profile "$PROFILE" --seeds 1 --first-seed "$k" --device "$DEVICE" --out "full/s$k" "${EXTRA[@]}" \
+            > "log-s$k.txt" 2>&1; echo "seed $k: exit $? after $((SECONDS - start)) s (cap $CAP s)" >> time.txt) &
+    done
+    wait
+    local parts=()
+    for k in "$dir"/full/s*/*.json; do
+        [ -f "$k" ] && grep -q '"status": "finished"' "$k" && parts+=("${k#"$dir"/}")
+    done
+    local results=(--results results)
+    [ "${DRY_RUN:-0}" = 1 ] && results=()  # a dry run's result is not evidence: no summary
+    if [ "${#parts[@]}" -ge 2 ]; then
+        (cd "$dir" && "$PYTHON" -m st_magnitude.cli replicate --merge "${parts[@]}" --out full "${results[@]}" \
+            > log.txt 2>&1) || echo "merge failed" >> "$dir/time.txt"
+    elif [ "${#parts[@]}" = 1 ]; then
+        (cd "$dir" && "$PYTHON" -m st_magnitude.cli replicate --redecide "${parts[0]}" "${results[@]}" > log.txt 2>&1) \
+            || echo "redecide failed" >> "$dir/time.txt"
+    else
+        echo "no seed finished within the cap" > "$dir/log.txt"
+    fi
+}
+
+echo "profile $PROFILE, seeds $SEEDS, per-seed processes ${PER_SEED:-0}, cap $CAP s, device $DEVICE, claims: $CLAIMS" | tee "$OUT/run.txt"
 for claim in $CLAIMS; do
     if [ "${DRY_RUN:-0}" = 1 ]; then run_one "$claim"; else run_one "$claim" & fi  # a dry run: one at a time
 done
 wait
-gzip -f "$OUT"/*/full/*.json 2>/dev/null
+gzip -f "$OUT"/*/full/*.json "$OUT"/*/full/s*/*.json 2>/dev/null
 
 "$PYTHON" - "$OUT" $CLAIMS <<'EOF' | tee "$OUT/summary.tsv"
 import gzip, json, sys
@@ -84,7 +116,8 @@ for claim in claims:
     if (d / "not_run.txt").is_file():
         print(f"{claim}\t-\t0\tnot run\t-\t{(d / 'not_run.txt').read_text().strip()}")
         continue
-    recs = sorted((d / "results").glob("*.json")) or sorted((d / "full").glob("*.json.gz"))
+    newest_first = sorted((d / "full").glob("*.json.gz"), key=lambda f: f.stat().st_mtime)
+    recs = sorted((d / "results").glob("*.json")) or newest_first
     if not recs:
         tail = (d / "log.txt").read_text().strip().splitlines()[-1:] if (d / "log.txt").is_file() else ["no log"]
         print(f"{claim}\t-\t0\tfailed\t-\t{tail[0][:200]}")
