@@ -20,13 +20,12 @@ from typing import Any
 from st_magnitude._files import write_json_atomic
 from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.resume import RESUME_KEYS
-from st_magnitude.replication.runner import check_replace, public_command, summary
+from st_magnitude.replication.runner import COST_KEYS, check_replace, public_command, summary
 
 __all__ = ["merge_runs"]
 
 #: fields of ``record["machine"]`` that change the numbers a seed produces
 _MACHINE_KEYS = ("device", "gpu", "torch")
-_CPU_KEYS = ("cpu_seconds", "cpu_seconds_process", "cpu_seconds_children")
 
 
 def merge_runs(
@@ -67,6 +66,7 @@ def merge_runs(
     record = {k: v for k, v in first.items() if k not in ("decision", "verdict", "full_result", "summary_result")}
     record.pop("resumed_utc", None)
     record.pop("resources_before_resume", None)
+    record.pop("resources_process", None)
     record.pop("redecided_utc", None)
     record["seeds"] = seeds
     record["command"] = _merged_command([rec for _, rec in parts], sorted(numbers))
@@ -77,7 +77,7 @@ def merge_runs(
             "command": public_command(rec.get("command", "")),
             "started_utc": rec.get("started_utc"),
             "finished_utc": rec.get("finished_utc"),
-            "resources": _part_resources(rec),
+            "resources": dict(rec.get("resources") or {}),  # a resumed part's includes its killed processes
         }
         for path, rec in parts
     ]
@@ -104,20 +104,12 @@ def merge_runs(
     return record
 
 
-def _part_resources(rec: dict[str, Any]) -> dict[str, Any]:
-    """A part's whole cost: its own process plus, for a resumed part, the killed processes before it."""
-    total = dict(rec.get("resources") or {})
-    for before in rec.get("resources_before_resume") or []:
-        for k in _CPU_KEYS:
-            if before and before.get(k) is not None and total.get(k) is not None:
-                total[k] = round(total[k] + before[k], 2)
-    return total
-
-
 def _merged_resources(parts: list[dict[str, Any]]) -> dict[str, Any]:
     res = [m["resources"] for m in parts]
     out: dict[str, Any] = {
-        k: (round(sum(r[k] for r in res), 2) if all(r.get(k) is not None for r in res) else None) for k in _CPU_KEYS
+        k: (round(sum(r[k] for r in res), 2) if all(r.get(k) is not None for r in res) else None)
+        for k in COST_KEYS
+        if k != "wall_seconds"
     }
     starts = [_time(m["started_utc"]) for m in parts]
     ends = [_time(m["finished_utc"]) for m in parts]

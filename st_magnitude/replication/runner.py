@@ -101,6 +101,25 @@ class Meter:
         }
 
 
+#: the summed fields of a run's recorded cost
+COST_KEYS = ("cpu_seconds", "cpu_seconds_process", "cpu_seconds_children", "wall_seconds")
+
+
+def with_earlier_processes(resources: dict[str, Any], earlier: list[dict[str, Any] | None] | None) -> dict[str, Any]:
+    """A run's whole cost: this process's ``resources`` plus those of the killed processes it resumed (``earlier``,
+    each up to its last finished seed), so a resumed run reports what all its seeds cost, not only the last part."""
+    total = dict(resources)
+    for before in earlier or []:
+        for k in COST_KEYS:
+            if before and before.get(k) is not None and total.get(k) is not None:
+                total[k] = round(total[k] + before[k], 2)
+    if earlier:
+        total["processes"] = 1 + len(earlier)
+        if earlier[0] and earlier[0].get("load_average_start") is not None:
+            total["load_average_start"] = earlier[0]["load_average_start"]  # the load when the run began
+    return total
+
+
 def existing_seeds(path: Path) -> int | None:
     """The number of seeds of the finished result at ``path`` (None when there is none)."""
     if not path.is_file():
@@ -241,7 +260,8 @@ def run_claim(
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         record["resumed_utc"] = [*saved.get("resumed_utc", []), now]
         # the killed process's costs up to its last finished seed; record["resources"] counts this process only
-        record["resources_before_resume"] = [*saved.get("resources_before_resume", []), saved.get("resources")]
+        killed = saved.get("resources_process", saved.get("resources"))  # that process alone, not its own resumes
+        record["resources_before_resume"] = [*saved.get("resources_before_resume", []), killed]
         wanted = wanted[len(done) :]
     with tempfile.TemporaryDirectory(prefix=f"replicate-{claim_id}-") as work:
         for seed in wanted:
@@ -259,13 +279,17 @@ def run_claim(
             result["resources"] = meter.read()
             result["wall_seconds"] = result["resources"]["wall_seconds"]
             record["seeds"].append(result)
-            record["resources"] = total.read()
+            record["resources_process"] = total.read()
+            record["resources"] = with_earlier_processes(
+                record["resources_process"], record.get("resources_before_resume")
+            )
             record["wall_seconds"] = record["resources"]["wall_seconds"]
             write_json_atomic(full_path, record, indent=1)
     record["decision"] = claim.decide(record["seeds"], settings)
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
-    record["resources"] = total.read()
+    record["resources_process"] = total.read()
+    record["resources"] = with_earlier_processes(record["resources_process"], record.get("resources_before_resume"))
     record["wall_seconds"] = record["resources"]["wall_seconds"]
     record["finished_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(full_path, record, indent=1)

@@ -112,6 +112,13 @@ def test_kill_9_after_a_seed_then_the_same_command_resumes_it(setup, tmp_path, c
         reference["decision"]
     )
     assert json.loads(partial.read_text())["status"] == "finished" and len(resumed["resumed_utc"]) == 1
+    # the cost counts the killed process's seed too, not only the process that finished the run
+    killed_cpu = saved["resources"]["cpu_seconds"]
+    assert resumed["resources_before_resume"] == [saved["resources_process"]]
+    assert resumed["resources"]["cpu_seconds"] == pytest.approx(
+        killed_cpu + resumed["resources_process"]["cpu_seconds"], abs=0.02
+    )
+    assert resumed["resources"]["processes"] == 2
     assert (results / f"{CLAIM}-cpu.json").read_text() != committed  # replaced whole, by the finished run
 
 

@@ -133,3 +133,17 @@ def test_a_failed_gate_shows_on_the_page_and_in_the_forest(stub, tmp_path):
     assert "- gate FAILED: infonce beats the untrained base (m: within noise)" in text
     assert "| 001 | cpu | **not reached at this budget** |" in text
     assert [r["verdict"] for r in forest_rows(results)] == ["not reached at this budget"]
+
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "replication" / "results"
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for p in COMMITTED.glob("*.json") if p.name != "not_run.json"), ids=lambda p: p.name
+)
+def test_a_committed_cost_counts_every_seed(path):
+    """The recorded CPU-seconds of a committed result cover all its seeds, also when the run was resumed after a
+    kill or merged from parts (a resumed run once reported only the process that finished it)."""
+    rec = json.loads(path.read_text())
+    per_seed = sum(s["resources"]["cpu_seconds"] for s in rec["seeds"])
+    assert rec["resources"]["cpu_seconds"] >= 0.999 * per_seed, (rec["resources"], per_seed)
