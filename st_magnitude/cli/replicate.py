@@ -109,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     if args.merge:
         from st_magnitude.replication.merge import merge_runs
 
+        if args.claim:
+            raise ValueError(f"--merge takes no claim ({args.claim!r}): each part's file names its claim")
+
         record = merge_runs(args.merge, args.out, results, force=args.force)
         r = record["resources"]
         print(

@@ -187,8 +187,10 @@ def test_merge_sums_the_parts_costs_and_refuses_parts_of_other_runs(setup, tmp_p
         ([files[1], str(tmp_path / "other.json")], "differ in settings"),
         ([files[1], files[1]], "seed(s) [0] appear in more than one part"),
         ([files[1]], "at least two"),
+        ([CLAIM, *files], "--merge takes no claim"),
     ):
-        assert main(["replicate", "--merge", *argv, "--out", str(tmp_path / "refused")]) == 2
+        claim, argv = (argv[:1], argv[1:]) if argv[0] == CLAIM else ([], argv)
+        assert main(["replicate", *claim, "--merge", *argv, "--out", str(tmp_path / "refused")]) == 2
         err = capsys.readouterr().err
         assert why in err and "Traceback" not in err, err
     assert not (tmp_path / "refused").exists()
