@@ -116,8 +116,8 @@ for claim in claims:
     if (d / "not_run.txt").is_file():
         print(f"{claim}\t-\t0\tnot run\t-\t{(d / 'not_run.txt').read_text().strip()}")
         continue
-    newest_first = sorted((d / "full").glob("*.json.gz"), key=lambda f: f.stat().st_mtime)
-    recs = sorted((d / "results").glob("*.json")) or newest_first
+    oldest_first = sorted((d / "full").glob("*.json.gz"), key=lambda f: f.stat().st_mtime)
+    recs = sorted((d / "results").glob("*.json")) or oldest_first  # the newest is used
     if not recs:
         tail = (d / "log.txt").read_text().strip().splitlines()[-1:] if (d / "log.txt").is_file() else ["no log"]
         print(f"{claim}\t-\t0\tfailed\t-\t{tail[0][:200]}")

@@ -2,10 +2,10 @@
 
 Each seed seeds its own RNGs (``set_seed``), so seed ``k`` run alone (``--first-seed k --seeds 1``) gives the same
 record as seed ``k`` inside an uninterrupted run; the parts can therefore run at once and be merged afterwards. A
-merge refuses parts that differ in anything that changes the numbers (the :data:`~.resume.RESUME_KEYS`, a dry run,
-the device, the GPU or torch version) or that hold the same seed twice, and names what differs. The merged record
-keeps every part's file, seeds, command and recorded cost under ``merged_from``; its cost is the parts' CPU-seconds
-summed and the wall time from the first part's start to the last part's end.
+merge refuses parts that differ in anything that changes the numbers (:func:`~.resume.run_differences`: settings,
+model, precision, a dry run, the device, the GPU or torch version) or that hold the same seed twice, and names
+what differs. The merged record keeps every part's file, seeds, command and recorded cost under ``merged_from``; its
+cost is the parts' CPU-seconds summed and the wall time from the first part's start to the last part's end.
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ from typing import Any
 
 from st_magnitude._files import write_json_atomic
 from st_magnitude.replication.claims import get_claim
-from st_magnitude.replication.resume import RESUME_KEYS
-from st_magnitude.replication.runner import COST_KEYS, check_replace, public_command, summary
+from st_magnitude.replication.resume import run_differences
+from st_magnitude.replication.runner import COST_KEYS, check_replace, public_command, run_name, summary
 
 __all__ = ["merge_runs"]
 
-#: fields of ``record["machine"]`` that change the numbers a seed produces
-_MACHINE_KEYS = ("device", "gpu", "torch")
+#: what a merged record does not take over from its first part (replaced, or true of that part alone)
+_PART_ONLY = (
+    "decision", "verdict", "full_result", "summary_result", "resumed_utc", "resources_before_resume",
+    "resources_process", "redecided_utc",
+)  # fmt: skip
 
 
 def merge_runs(
@@ -52,8 +55,7 @@ def merge_runs(
     parts.sort(key=lambda pr: min(s["seed"] for s in pr[1]["seeds"]))
     first_path, first = parts[0]
     for path, rec in parts[1:]:
-        differ = [k for k in (*RESUME_KEYS, "dry_run") if rec.get(k) != first.get(k)]
-        differ += [f"machine {k}" for k in _MACHINE_KEYS if rec["machine"].get(k) != first["machine"].get(k)]
+        differ = run_differences(rec, first)
         if differ:
             raise ValueError(f"{path} and {first_path} differ in {', '.join(differ)}: they are not parts of one run")
     seeds = [s for _, rec in parts for s in rec["seeds"]]
@@ -63,11 +65,7 @@ def merge_runs(
         raise ValueError(f"seed(s) {twice} appear in more than one part; pass each seed once")
     seeds.sort(key=lambda s: s["seed"])
 
-    record = {k: v for k, v in first.items() if k not in ("decision", "verdict", "full_result", "summary_result")}
-    record.pop("resumed_utc", None)
-    record.pop("resources_before_resume", None)
-    record.pop("resources_process", None)
-    record.pop("redecided_utc", None)
+    record = {k: v for k, v in first.items() if k not in _PART_ONLY}
     record["seeds"] = seeds
     record["command"] = _merged_command([rec for _, rec in parts], sorted(numbers))
     record["merged_from"] = [
@@ -91,7 +89,7 @@ def merge_runs(
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
 
-    name = f"{record['claim']}-{record['profile']}" + (f"-{record['tag']}" if record.get("tag") else "")
+    name = run_name(record["claim"], record["profile"], record.get("tag"))
     if results is not None:
         check_replace(Path(results) / f"{name}.json", len(seeds), force)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -18,17 +18,24 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RESUME_KEYS", "find_resumable"]
+__all__ = ["MACHINE_KEYS", "RESUME_KEYS", "find_resumable", "run_differences"]
 
-#: what must be equal for a partial run to be continued
-RESUME_KEYS = ("claim", "profile", "tag", "settings", "model_override", "bf16")
+#: what must be equal for a partial run to be continued (or for runs to be merged)
+RESUME_KEYS = ("claim", "profile", "tag", "settings", "model_override", "bf16", "dry_run")
+#: fields of ``record["machine"]`` that change the numbers a seed produces
+MACHINE_KEYS = ("device", "gpu", "torch")
+
+
+def run_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What differs between two run records in anything that changes a seed's numbers (empty: the same run)."""
+    differ = [k for k in RESUME_KEYS if a.get(k) != b.get(k)]
+    ma, mb = a.get("machine") or {}, b.get("machine") or {}
+    return differ + [k if k == "device" else f"machine {k}" for k in MACHINE_KEYS if ma.get(k) != mb.get(k)]
 
 
 def _mismatch(saved: dict[str, Any], fresh: dict[str, Any], seeds: list[int]) -> str | None:
     """Why ``saved`` (a partial record) cannot be continued by ``fresh`` for ``seeds``, or ``None`` when it can."""
-    differ = [k for k in RESUME_KEYS if saved.get(k) != fresh.get(k)]
-    if (saved.get("machine") or {}).get("device") != fresh["machine"]["device"]:
-        differ.append("device")
+    differ = run_differences(saved, fresh)
     if differ:
         return f"different {', '.join(differ)}"
     try:

@@ -120,6 +120,11 @@ def with_earlier_processes(resources: dict[str, Any], earlier: list[dict[str, An
     return total
 
 
+def run_name(claim_id: str, profile: str, tag: str | None) -> str:
+    """``<claim>-<profile>[-<tag>]``: the summary's file name and the full results' prefix."""
+    return f"{claim_id}-{profile}" + (f"-{tag}" if tag else "")
+
+
 def existing_seeds(path: Path) -> int | None:
     """The number of seeds of the finished result at ``path`` (None when there is none)."""
     if not path.is_file():
@@ -217,7 +222,7 @@ def run_claim(
         )
     if seeds < 1:
         raise ValueError(f"seeds must be at least 1, got {seeds}")
-    name = f"{claim_id}-{profile}" + (f"-{tag}" if tag else "")
+    name = run_name(claim_id, profile, tag)
     if results is not None:
         check_replace(Path(results) / f"{name}.json", seeds, force)
     device, bf16 = resolve_device(device)
@@ -259,8 +264,9 @@ def run_claim(
         record["seeds"], record["started_utc"] = saved["seeds"], saved.get("started_utc", record["started_utc"])
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         record["resumed_utc"] = [*saved.get("resumed_utc", []), now]
-        # the killed process's costs up to its last finished seed; record["resources"] counts this process only
-        killed = saved.get("resources_process", saved.get("resources"))  # that process alone, not its own resumes
+        # the killed process's own cost up to its last finished seed (not what it had resumed itself); the record's
+        # "resources" adds them to this process's ("resources_process")
+        killed = saved.get("resources_process", saved.get("resources"))
         record["resources_before_resume"] = [*saved.get("resources_before_resume", []), killed]
         wanted = wanted[len(done) :]
     with tempfile.TemporaryDirectory(prefix=f"replicate-{claim_id}-") as work:
@@ -316,7 +322,7 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     write_json_atomic(path, record, indent=1)
     record["full_result"] = str(path)
     if results is not None:
-        name = f"{record['claim']}-{record['profile']}" + (f"-{record['tag']}" if record.get("tag") else "")
+        name = run_name(record["claim"], record["profile"], record.get("tag"))
         record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
     return record
