@@ -73,8 +73,12 @@ def cohens_d(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -
     if n1 < 2 or n2 < 2:
         raise ValueError(f"Cohen's d needs at least two values per group, got {n1} and {n2}")
     pooled = math.sqrt(((n1 - 1) * a.var(ddof=1) + (n2 - 1) * b.var(ddof=1)) / (n1 + n2 - 2))
-    if pooled == 0:
-        raise ValueError("Cohen's d is undefined: both groups have zero variance")
+    scale = max(float(np.abs(a).max()), float(np.abs(b).max()))
+    if pooled <= 1e-9 * scale:  # zero, or float rounding of equal values: d would be noise / noise
+        raise ValueError(
+            f"Cohen's d is undefined: both groups have (numerically) zero variance (pooled std {pooled:.3g} at "
+            f"values up to {scale:.3g})"
+        )
     return float((a.mean() - b.mean()) / pooled)
 
 

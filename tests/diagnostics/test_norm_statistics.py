@@ -27,11 +27,18 @@ floats = st.floats(0.1, 100, allow_nan=False)
 def test_cohens_d_matches_textbook_formula(a, b):
     n1, n2 = len(a), len(b)
     pooled = ((n1 - 1) * statistics.variance(a) + (n2 - 1) * statistics.variance(b)) / (n1 + n2 - 2)
-    if pooled < 1e-12:
-        with pytest.raises(ValueError):
+    if pooled**0.5 <= 1e-9 * max(map(abs, a + b)):  # zero up to float rounding (e.g. [0.1, 0.1] vs [0.1, 0.1 + ulp])
+        with pytest.raises(ValueError, match="zero variance"):
             cohens_d(a, b)
         return
     assert cohens_d(a, b) == pytest.approx((statistics.fmean(a) - statistics.fmean(b)) / pooled**0.5, rel=1e-9)
+
+
+def test_cohens_d_refuses_rounding_noise_as_variance():
+    """Equal values up to one ulp have a pooled std of ~1e-17: d from that is noise over noise, not an effect."""
+    with pytest.raises(ValueError, match="zero variance"):
+        cohens_d([0.1, 0.1], [0.1, 0.10000000000000002])
+    assert cohens_d([0.1, 0.2], [0.1, 0.10000000000000002]) == pytest.approx(0.05 / (0.005 / 2) ** 0.5, rel=1e-6)
 
 
 def test_cv_and_delta_cv():
