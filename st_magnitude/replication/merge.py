@@ -18,9 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude._files import write_json_atomic
-from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.resume import run_differences
-from st_magnitude.replication.runner import COST_KEYS, check_replace, public_command, run_name, summary
+from st_magnitude.replication.runner import (
+    COST_KEYS,
+    check_replace,
+    decide_again,
+    public_command,
+    run_name,
+    summary,
+)
 
 __all__ = ["merge_runs"]
 
@@ -85,9 +91,7 @@ def merge_runs(
     ends = [m["finished_utc"] for m in record["merged_from"] if m["finished_utc"]]
     record["finished_utc"] = max(ends) if ends else None
     record["merged_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    record["decision"] = get_claim(record["claim"]).decide(seeds, record["settings"])
-    record["verdict"] = record["decision"]["verdict"]
-    record["status"] = "finished"
+    decide_again(record)
 
     name = run_name(record["claim"], record["profile"], record.get("tag"))
     if results is not None:

@@ -282,6 +282,11 @@ def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str
             + "), merged with `st-magnitude replicate --merge`: the cost is the parts' CPU-s summed, the wall time "
             "from the first part's start to the last part's end"
         )
+    if rec.get("verdict_rule_when_run"):
+        lines.append(
+            "- decided by the rule above, revised after this run was made; the run was made under: "
+            + rec["verdict_rule_when_run"]
+        )
     if rec.get("redecided_utc"):
         lines.append(
             f"- comparisons and verdict recomputed from the stored per-item scores on {rec['redecided_utc']} "

@@ -307,6 +307,19 @@ def run_claim(
     return record
 
 
+def decide_again(record: dict[str, Any]) -> None:
+    """Decide ``record`` (its ``seeds`` and ``settings``) by its claim's current rule, in place. When that rule's text
+    differs from the one the run was made under, the record carries the current text and keeps the earlier one as
+    ``verdict_rule_when_run``, so the page can say the verdict comes from a revised rule."""
+    claim = get_claim(record["claim"])
+    if record.get("verdict_rule") != claim.verdict_rule:
+        record.setdefault("verdict_rule_when_run", record.get("verdict_rule"))
+        record["verdict_rule"] = claim.verdict_rule
+    record["decision"] = claim.decide(record["seeds"], record["settings"])
+    record["verdict"] = record["decision"]["verdict"]
+    record["status"] = "finished"
+
+
 def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None = None) -> dict[str, Any]:
     """Recompute the comparisons and the verdict of a finished run from its stored per-item scores (no training):
     for a fix in the statistics, or after a run whose ``decide`` failed. The verdict rule is the claim's own."""
@@ -314,10 +327,7 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     record = json.loads(path.read_text())
     if not record.get("seeds"):
         raise ValueError(f"{path} holds no finished seed")
-    claim = get_claim(record["claim"])
-    record["decision"] = claim.decide(record["seeds"], record["settings"])
-    record["verdict"] = record["decision"]["verdict"]
-    record["status"] = "finished"
+    decide_again(record)
     record["redecided_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(path, record, indent=1)
     record["full_result"] = str(path)

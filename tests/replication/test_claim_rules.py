@@ -271,7 +271,8 @@ def test_dimension_gate_stops_a_run_that_did_not_beat_the_base():
 
 
 # ----------------------------------------------------------------------------------------------------------- 004
-def revela_seeds(*, gain: float, random_gain: float, signal: float) -> list[dict]:
+def revela_seeds(*, gain: float, random_gain: float, signal: float, start: float = 0.0) -> list[dict]:
+    """``signal``: how far training moves CE(real Sim) − CE(shuffled Sim) from its step-0 level ``start``."""
     diff = np.random.default_rng(13).uniform(-0.1, 0.1, N_Q)
     out = []
     for seed in SEEDS:
@@ -280,10 +281,12 @@ def revela_seeds(*, gain: float, random_gain: float, signal: float) -> list[dict
         def arm(level: float) -> dict:
             return {ds: ir_arm({"ndcg@10": scores(rng, N_Q, level, base=diff)}) for ds in ("scifact", "nfcorpus")}
 
-        diag = {"ce_real_minus_shuffled": signal + rng.normal(0, 0.001), "ce_minus_plain": -0.1}
+        first = {"step": 0, "ce_real_minus_shuffled": start, "ce_minus_plain": 0.0}
+        diag = {"step": 150, "ce_real_minus_shuffled": start + signal + rng.normal(0, 0.001), "ce_minus_plain": -0.1}
         out.append(
             {
                 "arms": {"raw": arm(0.3), "revela": arm(0.3 + gain), "random": arm(0.3 + random_gain)},
+                "history": {"revela": [first, diag], "random": [first, dict(diag)]},
                 "diagnostics": {"revela": diag, "random": dict(diag)},
             }
         )
@@ -298,6 +301,26 @@ def test_revela_gain_reproduces_and_the_gate_needs_the_relevance_signal():
     assert decide("004", revela_seeds(gain=0.1, random_gain=0.0, signal=-0.05))["verdict"] == "reproduces"
     bad = decide("004", revela_seeds(gain=-0.1, random_gain=0.0, signal=0.01))
     assert bad["verdict"] == NOT_REACHED and bad["ungated_verdict"] == "contradicts"
+
+
+def test_revela_gate_judges_what_training_did_to_the_signal_not_its_step0_level():
+    """The level of CE(real) − CE(shuffled) is set at step 0 by the seed's probe draw (the cpu seeds: −0.33 to
+    +0.25 nats before any training): a signal that starts below 0 and never moves does not pass the gate, and one
+    that starts above 0 and falls does."""
+    still = decide("004", revela_seeds(gain=0.1, random_gain=0.0, signal=0.0, start=-0.3))
+    assert still["verdict"] == NOT_REACHED and still["ungated_verdict"] == "reproduces"
+    assert "change +0.0" in still["gates"][0]["reason"] or "change -0.0" in still["gates"][0]["reason"]
+    fell = decide("004", revela_seeds(gain=0.1, random_gain=0.0, signal=-0.1, start=0.25))
+    assert fell["verdict"] == "reproduces", fell["gates"]
+    assert fell["diagnostics_last"]["revela"]["ce_real_minus_shuffled_change"] == pytest.approx(-0.1, abs=0.01)
+
+
+def test_revela_gate_fails_without_the_step0_check():
+    seeds = revela_seeds(gain=0.1, random_gain=0.0, signal=-0.1)
+    for s in seeds:
+        s["history"]["revela"] = s["history"]["revela"][1:]
+    out = decide("004", seeds)
+    assert out["verdict"] == NOT_REACHED and "no step-0" in out["gates"][0]["reason"]
 
 
 # ---------------------------------------------------------------------------------------------------------- gates
@@ -332,3 +355,27 @@ def test_apply_gates_never_turns_a_failed_gate_into_contradicts():
         out = apply_gates({"verdict": verdict}, [{"gate": "g", "passed": False, "reason": "r"}])
         assert out["verdict"] == NOT_REACHED and out["ungated_verdict"] == verdict
         assert apply_gates({"verdict": verdict}, [{"gate": "g", "passed": True, "reason": "r"}])["verdict"] == verdict
+
+
+def test_a_record_decided_again_carries_the_current_rule_and_keeps_the_one_it_ran_under():
+    """A verdict recomputed after the claim's rule was revised (``--redecide``, ``--merge``) must not sit under the
+    old rule's text: the record takes the current text and keeps the old one, which the page prints."""
+    from st_magnitude.replication.runner import decide_again
+
+    claim = get_claim("004")
+    record = {
+        "claim": "004",
+        "profile": "cpu",
+        "verdict_rule": "an earlier gate on the final level",
+        "settings": claim.settings("cpu"),
+        "seeds": revela_seeds(gain=0.1, random_gain=0.0, signal=0.0, start=-0.3),
+    }
+    decide_again(record)
+    assert record["verdict_rule"] == claim.verdict_rule
+    assert record["verdict_rule_when_run"] == "an earlier gate on the final level"
+    assert record["verdict"] == NOT_REACHED
+    decide_again(record)  # deciding again under the same rule keeps the first rule it ran under
+    assert record["verdict_rule_when_run"] == "an earlier gate on the final level"
+    current = dict(record, verdict_rule_when_run=None)
+    decide_again(current)
+    assert current["verdict_rule_when_run"] is None

