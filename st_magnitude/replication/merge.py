@@ -5,7 +5,8 @@ record as seed ``k`` inside an uninterrupted run; the parts can therefore run at
 merge refuses parts that differ in anything that changes the numbers (:func:`~.resume.run_differences`: settings,
 model, precision, a dry run, the device, the GPU or torch version) or that hold the same seed twice, and names
 what differs. The merged record keeps every part's file, seeds, command and recorded cost under ``merged_from``; its
-cost is the parts' CPU-seconds summed and the wall time from the first part's start to the last part's end.
+cost is the parts' CPU-seconds summed and the wall time during which at least one part ran (parts at once count
+once; hours between parts in turn do not count).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -113,16 +114,34 @@ def _merged_resources(parts: list[dict[str, Any]]) -> dict[str, Any]:
         for k in COST_KEYS
         if k != "wall_seconds"
     }
-    starts = [_time(m["started_utc"]) for m in parts]
-    ends = [_time(m["finished_utc"]) for m in parts]
-    if all(starts) and all(ends):  # the span from the first start to the last end: parts may have run at once
-        out["wall_seconds"] = round((max(ends) - min(starts)).total_seconds(), 2)
+    spans = [(_time(m["started_utc"]), _end(m)) for m in parts]
+    if all(a and b for a, b in spans):  # the time during which some part ran: parts may run at once or hours apart
+        spans.sort()
+        busy, (start, end) = 0.0, spans[0]
+        for a, b in spans[1:]:
+            if a > end:
+                busy, start = busy + (end - start).total_seconds(), a
+            end = max(end, b)
+        out["wall_seconds"] = round(busy + (end - start).total_seconds(), 2)
     else:
         out["wall_seconds"] = round(sum(r.get("wall_seconds") or 0.0 for r in res), 2)
     out["load_average_start"] = res[0].get("load_average_start")
     out["load_average_end"] = res[-1].get("load_average_end")
     out["parts"] = len(parts)
     return out
+
+
+def _end(part: dict[str, Any]) -> datetime | None:
+    """When a part finished; for a run stopped before its last seed (no ``finished_utc``), its start plus its wall
+    time."""
+    end, start, wall = (
+        _time(part.get("finished_utc")),
+        _time(part.get("started_utc")),
+        part["resources"].get("wall_seconds"),
+    )
+    if end is None and start is not None and wall is not None:
+        end = start + timedelta(seconds=wall)
+    return end
 
 
 def _time(stamp: str | None) -> datetime | None:

@@ -55,8 +55,8 @@ A killed run continues where it stopped when the same command is run again. Each
 generators, so seeds can also run as separate processes at once (`--first-seed K --seeds 1`, one process per seed on
 one GPU or several machines) and be merged into one result with `st-magnitude replicate --merge FULL_JSON...
 --results docs/replication/results`; the merge refuses parts that differ in settings, model, precision, device, GPU or
-torch version, or that repeat a seed. A merged run's cost is its parts' CPU-seconds summed, and its wall time runs
-from the first part's start to the last part's end.
+torch version, or that repeat a seed. A merged run's cost is its parts' CPU-seconds summed, and its wall time is the
+time during which at least one part ran (parts at once count once; time between parts run in turn does not count).
 
 The same statistics serve any two-arm comparison: collect, per seed, the per-query scores of both arms on the same
 queries and call `st_magnitude.evaluation.stats.compare_arms(per_seed_a, per_seed_b, metric=..., arm_a=...,
@@ -280,7 +280,7 @@ def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str
             f"- run as {len(parts)} parts at once or in turn (seeds "
             + "; ".join(", ".join(map(str, m["seeds"])) for m in parts)
             + "), merged with `st-magnitude replicate --merge`: the cost is the parts' CPU-s summed, the wall time "
-            "from the first part's start to the last part's end"
+            "the time during which at least one part ran"
         )
     if rec.get("verdict_rule_when_run"):
         lines.append(

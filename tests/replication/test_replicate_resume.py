@@ -194,3 +194,24 @@ def test_merge_sums_the_parts_costs_and_refuses_parts_of_other_runs(setup, tmp_p
         err = capsys.readouterr().err
         assert why in err and "Traceback" not in err, err
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_merged_wall_time_counts_the_time_some_part_ran():
+    """Parts at once count once; the hours between parts run in turn (another session, another day) do not."""
+    from st_magnitude.replication.merge import _merged_resources
+
+    def part(start: str, end: str) -> dict:
+        return {"started_utc": f"2026-01-01T{start}+00:00", "finished_utc": f"2026-01-01T{end}+00:00",
+                "resources": {"cpu_seconds": 10.0, "wall_seconds": 1.0}}  # fmt: skip
+
+    at_once = _merged_resources([part("10:00:00", "11:00:00"), part("10:30:00", "11:10:00")])
+    assert at_once["wall_seconds"] == 70 * 60 and at_once["cpu_seconds"] == 20.0
+    in_turn = [part("09:00:00", "10:00:00"), part("13:00:00", "14:00:00"), part("13:10:00", "13:50:00")]
+    assert _merged_resources(in_turn)["wall_seconds"] == 120 * 60
+    assert _merged_resources(list(reversed(in_turn)))["wall_seconds"] == 120 * 60
+    stopped = dict(
+        part("09:00:00", "09:00:00"), finished_utc=None, resources={"cpu_seconds": 1.0, "wall_seconds": 1800}
+    )
+    assert _merged_resources([stopped, *in_turn[1:]])["wall_seconds"] == 90 * 60  # a stopped run: start + its wall
+    unknown = dict(stopped, started_utc=None)  # no times at all: the parts' own wall times, summed
+    assert _merged_resources([unknown, in_turn[1]])["wall_seconds"] == 1800 + 1.0
