@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import WORDS, build_tiny_bert_dir
 from helpers.toy_beir import write_toy_beir
 
@@ -88,7 +89,8 @@ def test_kill_9_after_a_seed_then_the_same_command_resumes_it(setup, tmp_path, c
     reference = run_claim(CLAIM, **_kwargs(setup, tmp_path / "ref", tmp_path / "ref-results"))
 
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # the child computes seed 0 with the parent's thread count: float sums differ across thread counts
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(torch.get_num_threads())}
     child = subprocess.run(
         [sys.executable, "-c", _KILLED_CHILD, json.dumps({"claim": CLAIM, **_kwargs(setup, out, results)})],
         env=env, capture_output=True, text=True, timeout=600,
