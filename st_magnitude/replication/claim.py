@@ -1,6 +1,7 @@
 """What a claim module declares: the paper's statement and number, a protocol per profile, the verdict rule (fixed
-before running), the setting differences, and two functions — ``run_seed`` (train and evaluate every arm for one
-seed) and ``decide`` (turn all seeds into comparisons and a verdict with :mod:`st_magnitude.evaluation.stats`)."""
+before running, or marked as revised), the setting differences, and two functions — ``run_seed`` (train and evaluate
+every arm for one seed) and ``decide`` (turn all seeds into comparisons and a verdict with
+:mod:`st_magnitude.evaluation.stats`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ class Claim:
     can_establish: dict[str, str] = field(default_factory=dict)
     #: settings that shrink any profile to a few seconds on CPU (``--dry-run``): same code path, tiny sizes
     dry_run: dict[str, Any] = field(default_factory=dict)
+    #: what of the verdict rule was changed after a run was seen, when and why ("" for a rule fixed before running)
+    revised: str = ""
 
     def __post_init__(self) -> None:
         for p in self.profiles:

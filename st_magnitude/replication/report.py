@@ -197,7 +197,8 @@ def render_report(results_dir: str | os.PathLike, coverage: str | os.PathLike | 
         lines += [
             f"Paper's number: {c.paper_number}.",
             "",
-            f"**Verdict rule** (fixed before running): {c.verdict_rule}",
+            f"**Verdict rule** ({f'revised after running: {c.revised}' if c.revised else 'fixed before running'}): "
+            + c.verdict_rule,
         ]
         lines.append("")
         for profile in PROFILES:

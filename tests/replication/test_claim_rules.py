@@ -309,10 +309,12 @@ def test_revela_gate_judges_what_training_did_to_the_signal_not_its_step0_level(
     that starts above 0 and falls does."""
     still = decide("004", revela_seeds(gain=0.1, random_gain=0.0, signal=0.0, start=-0.3))
     assert still["verdict"] == NOT_REACHED and still["ungated_verdict"] == "reproduces"
-    assert "change +0.0" in still["gates"][0]["reason"] or "change -0.0" in still["gates"][0]["reason"]
+    assert [r["step0"] for r in still["signal"]["revela"]] == [-0.3] * len(SEEDS)
+    assert all(abs(r["change"]) < 0.01 for r in still["signal"]["revela"])
     fell = decide("004", revela_seeds(gain=0.1, random_gain=0.0, signal=-0.1, start=0.25))
     assert fell["verdict"] == "reproduces", fell["gates"]
-    assert fell["diagnostics_last"]["revela"]["ce_real_minus_shuffled_change"] == pytest.approx(-0.1, abs=0.01)
+    assert [r["change"] for r in fell["signal"]["revela"]] == pytest.approx([-0.1] * len(SEEDS), abs=0.01)
+    assert "(change since step 0)" in fell["ours"] and "nan" not in fell["ours"]
 
 
 def test_revela_gate_fails_without_the_step0_check():
@@ -321,6 +323,7 @@ def test_revela_gate_fails_without_the_step0_check():
         s["history"]["revela"] = s["history"]["revela"][1:]
     out = decide("004", seeds)
     assert out["verdict"] == NOT_REACHED and "no step-0" in out["gates"][0]["reason"]
+    assert out["signal"]["revela"] == [] and "(change since step 0)" not in out["ours"] and "nan" not in out["ours"]
 
 
 # ---------------------------------------------------------------------------------------------------------- gates

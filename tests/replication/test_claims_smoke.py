@@ -151,6 +151,11 @@ def test_committed_page_is_generated_from_the_committed_results():
     assert page.read_text(encoding="utf-8") == render_report(results), (
         "docs/replication.md differs from the result JSONs: run `st-magnitude replicate --report`"
     )
+    # a rule changed after a run was seen is never presented as fixed before running
+    sections = {s.split(":", 1)[0]: s for s in page.read_text(encoding="utf-8").split("\n## ")[1:]}
+    for c in list_claims():
+        revised = "**Verdict rule** (revised after running: " in sections[c.id]
+        assert revised == bool(c.revised) and (revised or "**Verdict rule** (fixed before running)" in sections[c.id])
 
 
 def test_tagged_control_run_is_an_extra_row(toy_data, models, tmp_path):

@@ -15,7 +15,7 @@ bert-tiny as the retriever, groups of 8 chunks × 64 tokens, ~150 steps: the pap
 relevance signal into the LM: CE(real Sim) − CE(shuffled Sim) on the probe group falls from step 0 to the end of
 training (mean change over seeds, whole 95 % interval below 0). The change is judged, not the final level: the level
 is already set at step 0, before any training, by the seed's probe group and shuffle (−0.33 to +0.25 nats over the
-first three cpu seeds, which training then moved by at most 0.06), so a gate on the level passes or fails by draw.
+five cpu seeds, which training then moved by at most 0.06), so a gate on the level passes or fails by draw.
 """
 
 from __future__ import annotations
@@ -274,8 +274,9 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         stats.verdict(comparisons[f"revela-{b}/{ds}"], expect="greater") for b in ("raw", "random") for ds in DATASETS
     ]
     out = stats.combine_verdicts(parts)
-    changes = [signal_change(s, "revela") for s in seeds]
-    signal = stats.seed_interval(changes) if changes and None not in changes else None
+    changes = {arm: [signal_change(s, arm) for s in seeds] for arm in trained}
+    known = None not in changes["revela"]
+    signal = stats.seed_interval(changes["revela"]) if seeds and known else None
     apply_gates(
         out,
         [
@@ -286,8 +287,7 @@ def decide(seeds: list[dict], settings: dict) -> dict:
                 "passed": bool(signal is not None and signal.high < 0),
                 "reason": "a seed has no step-0 and final diagnostics"
                 if signal is None
-                else f"change {signal.estimate:+.4f} [{signal.low:+.4f}, {signal.high:+.4f}] "
-                f"over {len(changes)} seeds",
+                else f"change {signal.estimate:+.4f} [{signal.low:+.4f}, {signal.high:+.4f}] over {len(seeds)} seeds",
             }
         ],
     )
@@ -300,18 +300,26 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         }
         for arm in trained
     }
-    for arm in trained:
-        moved = [signal_change(s, arm) for s in seeds]
-        if None not in moved:
-            out["diagnostics_last"][arm]["ce_real_minus_shuffled_change"] = float(np.mean(moved))
+    # per seed and arm: the signal at step 0 (set by the probe draw), at the end, and what training changed
+    out["signal"] = {
+        arm: [
+            {"seed": s.get("seed"), "step0": s["history"][arm][0]["ce_real_minus_shuffled"], "change": c}
+            for s, c in zip(seeds, changes[arm])
+            if c is not None
+        ]
+        for arm in trained
+    }
     a = out["arms"]
     out["ours"] = (
         "SciFact nDCG@10: "
         + ", ".join(f"{arm} {a[arm]['scifact']['ndcg@10']['estimate']:.4f}" for arm in ("raw", *trained))
-        + "; CE(real) − CE(shuffled Sim), final (change since step 0): "
+        + "; CE(real) − CE(shuffled Sim), final"
+        + (" (change since step 0)" if known else "")
+        + ": "
         + ", ".join(
-            f"{arm} {v['ce_real_minus_shuffled']:+.4f} ({v.get('ce_real_minus_shuffled_change', float('nan')):+.4f})"
-            for arm, v in out["diagnostics_last"].items()
+            f"{arm} {out['diagnostics_last'][arm]['ce_real_minus_shuffled']:+.4f}"
+            + (f" ({np.mean(changes[arm]):+.4f})" if None not in changes[arm] else "")
+            for arm in trained
         )
     )
     return out
@@ -370,9 +378,11 @@ CLAIM = Claim(
         "probe group fell from step 0 to the end, whole 95% CI over seeds below 0), else 'not reached at this "
         "budget'. Then reproduces if "
         "nDCG@10(Revela) − nDCG@10(raw) > 0 and nDCG@10(Revela) − nDCG@10(random grouping) > 0 on both "
-        "SciFact and NFCorpus (whole 95% CIs above 0); contradicts if any CI lies wholly below 0; else inconclusive. "
-        "Revised after the first three cpu seeds (2026-11-26): the gate had judged the final level, which the "
-        "seed's probe draw sets at step 0, before training; the cpu verdict is the same under both gates."
+        "SciFact and NFCorpus (whole 95% CIs above 0); contradicts if any CI lies wholly below 0; else inconclusive."
+    ),
+    revised=(
+        "the gate, on 2026-11-26 after the first three cpu seeds: it had judged the final level, which the seed's "
+        "probe draw sets at step 0, before training; the cpu verdict is the same under both gates"
     ),
     profiles={p: {k: v[i] for k, v in _SETTINGS.items()} for i, p in enumerate(("cpu", "gpu"))},
     differences={
