@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from st_magnitude._files import write_json_atomic
+from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.evaluation.stats import crossed_intervals
 
 #: regime → share of Var(mean d) from (seeds, items, seed × item)

@@ -37,10 +37,10 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
-from st_magnitude._files import write_json_atomic
-from st_magnitude._paths import check_model_folder, contained
 from st_magnitude._surgery import replace_modules
 from st_magnitude._swap import AtomicSwapUnavailable, exchange
+from st_magnitude._trust.paths import check_model_folder, contained
+from st_magnitude._trust.write import write_json_atomic
 from st_magnitude._warnings import MagnitudeCollapseWarning
 from st_magnitude.model_card import update_model_card
 from st_magnitude.model_info import (

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from st_magnitude._files import write_json_atomic
+from st_magnitude._trust.write import write_json_atomic
 
 
 def test_writes_creates_parents_and_numpy_floats(tmp_path):

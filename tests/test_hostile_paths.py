@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from st_magnitude._paths import UnsafeModelPathError, check_model_folder, contained
+from st_magnitude._trust.paths import UnsafeModelPathError, check_model_folder, contained
 from st_magnitude.cli import main
 from st_magnitude.convert import strip_normalize
 from st_magnitude.integrations.models import inspect_model_code, load_model

@@ -11,8 +11,11 @@ argument builds them all. A command module that cannot be imported because an ``
 build is left out instead of taking the other commands down.
 
 Errors are one line on stderr with exit code 2: usage errors from the parser, and ``ValueError`` / ``OSError`` /
-``ImportError`` raised by a command (``-v`` shows the traceback instead). Ctrl-C prints one line and exits 130; a
-command may add a hint to that line with ``set_defaults(interrupt_hint="...")``.
+``ImportError`` raised by a command (``--debug`` shows the traceback instead). Everything read from disk passes the
+trust boundary (:mod:`st_magnitude._trust`), whose :class:`~st_magnitude._trust.InputFileError` (a ``ValueError``)
+names the file and the line or key; any other exception is a bug in the package and keeps its traceback.
+Ctrl-C prints one line and exits 130; a command may add a hint to that line with
+``set_defaults(interrupt_hint="...")``.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     )
     parser.add_argument("--version", action="version", version=f"st-magnitude {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help in COMMANDS.items():
         if commands is not None and name not in commands:
@@ -164,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"st-magnitude {args.command}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
         return 130
     except (ValueError, OSError, ImportError) as exc:  # bad input, files, optional dependencies: one line
-        if args.verbose:
+        if args.verbose or args.debug:
             raise
         print(f"st-magnitude {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2

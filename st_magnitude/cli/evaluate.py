@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from st_magnitude._files import write_json_atomic
+from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.cli._args import (
     SUBSAMPLE,
     add_option,

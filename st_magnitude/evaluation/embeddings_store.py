@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from st_magnitude._files import write_json_atomic
+from st_magnitude._trust.write import write_json_atomic
 
 logger = logging.getLogger(__name__)
 

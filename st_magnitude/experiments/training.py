@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from st_magnitude._files import write_json_atomic
+from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.experiments import _dist
 from st_magnitude.experiments._write_failure import checkpoint_write_failure, model_save_failure
 from st_magnitude.experiments.config import LOSSES, CompareConfig

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from st_magnitude._paths import check_model_folder
+from st_magnitude._trust.paths import check_model_folder
 from st_magnitude.convert import apply_similarity
 from st_magnitude.integrations.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
 from st_magnitude.model_info import carried_similarity, is_asymmetric, model_gammas

@@ -115,7 +115,7 @@ def describe_model(name: str) -> str:
 def check_model_arg(name: str) -> None:
     """Refuse a ``--model`` that is missing, names paths outside its folder or names code outside
     sentence-transformers and st-magnitude, before a run writes anything (a hub id is left to the loader)."""
-    from st_magnitude._paths import check_model_folder
+    from st_magnitude._trust.paths import check_model_folder
     from st_magnitude.integrations.models import check_model_code
 
     path = _alias_path(name) or Path(name)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from st_magnitude._files import write_json_atomic
+from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.replication.resume import run_differences
 from st_magnitude.replication.runner import (
     COST_KEYS,

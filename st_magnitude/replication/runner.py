@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from st_magnitude._files import write_json_atomic
+from st_magnitude._trust.write import write_json_atomic
 from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
 from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed

@@ -12,22 +12,25 @@ only.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+from st_magnitude._trust.errors import InputFileError
+from st_magnitude._trust.json_files import read_json
+
 __all__ = ["UnsafeModelPathError", "check_model_folder", "contained", "router_config"]
 
 
-class UnsafeModelPathError(ValueError):
+class UnsafeModelPathError(InputFileError):
     """A path named by a model folder (or a symlink in it) leads outside that folder."""
 
 
 def _refuse(root: Path, what: str, value: object) -> UnsafeModelPathError:
     return UnsafeModelPathError(
-        f"{root}: {what} {value!r} leads outside the model folder; refusing to read, write or delete it. "
-        "A saved model names only relative sub-folders inside itself: fix or remove that entry."
+        root,
+        f"{what} {value!r} leads outside the model folder; refusing to read, write or delete it. "
+        "A saved model names only relative sub-folders inside itself: fix or remove that entry.",
     )
 
 
@@ -36,7 +39,7 @@ def contained(root: str | os.PathLike, rel: object, what: str) -> Path:
     ``root``; raises :class:`UnsafeModelPathError` naming ``what`` otherwise. ``""`` is ``root`` itself."""
     root = Path(root)
     if not isinstance(rel, str):
-        raise _refuse(root, what, rel) if rel is not None else UnsafeModelPathError(f"{root}: {what} is missing")
+        raise _refuse(root, what, rel) if rel is not None else UnsafeModelPathError(root, f"{what} is missing")
     if "\x00" in rel or PurePosixPath(rel).is_absolute() or PureWindowsPath(rel).is_absolute() or ":" in rel[:2]:
         raise _refuse(root, what, rel)
     base = root.resolve()
@@ -46,20 +49,13 @@ def contained(root: str | os.PathLike, rel: object, what: str) -> Path:
     return root / rel if rel else root
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc}); expected a sentence-transformers config file.") from exc
-
-
 def router_config(folder: Path) -> tuple[Path, dict[str, Any]] | None:
     """The config file of a saved ``Router`` in ``folder`` (``router_config.json``, else ST's older ``config.json``
     with ``types``) and its content, or ``None`` when there is none."""
     for name in ("router_config.json", "config.json"):
         file = folder / name
         if file.is_file():
-            cfg = _read_json(file)
+            cfg = read_json(file)
             if isinstance(cfg, dict) and (name == "router_config.json" or "types" in cfg):
                 return file, cfg
     return None
@@ -74,15 +70,15 @@ def _check_router(root: Path, folder: Path, where: str) -> None:
     types = cfg.get("types") or {}
     structure = cfg.get("structure") or {}
     if not isinstance(types, dict) or not isinstance(structure, dict):
-        raise ValueError(f"{root}: {rel} must map 'types' and 'structure' to objects ({where})")
+        raise InputFileError(file, f"must map 'types' and 'structure' to objects ({where})")
     for key in types:
         if not isinstance(key, str) or key in ("", ".", "..") or Path(key).name != key:
             raise _refuse(root, f"{rel} types key", key)
         contained(root, (folder / key).relative_to(root).as_posix(), f"{rel} types key")
     for route, keys in structure.items():
         if not isinstance(keys, list) or any(key not in types for key in keys):
-            raise ValueError(
-                f"{root}: {rel} route {route!r} must list keys of its 'types' ({sorted(types)}), got {keys!r}"
+            raise InputFileError(
+                file, f"route {route!r} must list keys of its 'types' ({sorted(types)}), got {keys!r}"
             )
 
 
@@ -109,12 +105,12 @@ def check_model_folder(root: str | os.PathLike) -> None:
     modules_file = root / "modules.json"
     if not modules_file.is_file():
         return
-    entries = _read_json(modules_file)
+    entries = read_json(modules_file)
     if not isinstance(entries, list):
-        raise ValueError(f"{modules_file}: expected a list of module entries, got {type(entries).__name__}")
+        raise InputFileError(modules_file, f"expected a list of module entries, got {type(entries).__name__}")
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
-            raise ValueError(f"{modules_file}: entry {i} is not an object: {entry!r}")
+            raise InputFileError(modules_file, f"entry {i} is not an object: {entry!r}")
         sub = contained(root, entry.get("path", ""), f"modules.json entry {i} path")
         if str(entry.get("type", "")).endswith(".Router") and sub.is_dir():
             _check_router(root, sub, f"modules.json entry {i}")
