@@ -27,6 +27,8 @@ from typing import Any
 from torch import nn
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from st_magnitude._trust.errors import InputFileError
+from st_magnitude._trust.tensors import load_tensors
 from st_magnitude.callbacks._log import add_to_log
 from st_magnitude.losses._loss_state import load_loss_state_dict, loss_state_dict
 
@@ -59,16 +61,24 @@ def save_loss_state(loss: nn.Module, folder: str | os.PathLike) -> Path | None:
 def load_loss_state(loss: nn.Module, folder: str | os.PathLike) -> None:
     """Copy the state saved by :func:`save_loss_state` in ``folder`` into ``loss``, in place.
 
+    The file is read through the trust boundary (:func:`~st_magnitude._trust.tensors.load_tensors`): nothing is
+    copied unless every tensor is finite and the names and shapes fit the loss.
+
     Raises:
         FileNotFoundError: ``folder`` holds no saved loss state.
-        ValueError: the saved names or shapes do not fit the loss (built with other settings).
+        InputFileError: (a ``ValueError``) the file is not a valid safetensors file, a tensor holds NaN or ±inf, or
+            the saved names or shapes do not fit the loss (built with other settings); the message names the file.
     """
-    from safetensors.torch import load_file
-
     path = Path(folder) / LOSS_STATE_FILENAME
     if not path.is_file():
         raise FileNotFoundError(f"no saved loss state at {path}")
-    load_loss_state_dict(loss, load_file(str(path)))
+    state = load_tensors(path)
+    try:
+        load_loss_state_dict(loss, state)
+    except InputFileError:
+        raise
+    except ValueError as exc:  # the names or shapes in the file do not fit the loss
+        raise InputFileError(path, str(exc)) from None
 
 
 class LossStateCallback(TrainerCallback):

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
+from st_magnitude._trust import Fields, InputFileError, read_json
 from st_magnitude._trust.write import write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -51,21 +51,26 @@ class EmbeddingStore:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"Embedding file '{self.path}' does not exist.")
-        with open(self.path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            self.offset = f.tell()
-        if len(shape) != 2 or fortran:
-            raise ValueError(f"'{self.path}' must hold a 2-D C-order array, got shape {shape} (fortran={fortran}).")
+        try:
+            with open(self.path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+                self.offset = f.tell()
+        except (ValueError, EOFError) as exc:  # numpy's own refusal of a header it cannot parse
+            raise InputFileError(self.path, f"is not a .npy file ({exc})") from None
+        except OSError as exc:
+            raise InputFileError(self.path, f"cannot be read ({exc.strerror or exc})") from None
+        if len(shape) != 2 or fortran or min(shape) < 0:
+            raise InputFileError(self.path, f"must hold a 2-D C-order array, got shape {shape} (fortran={fortran})")
         if dtype.name not in STORE_DTYPES or not dtype.isnative:
-            raise ValueError(f"'{self.path}' holds {dtype}; an embedding file must be one of {list(STORE_DTYPES)}.")
+            raise InputFileError(self.path, f"holds {dtype}; an embedding file must be one of {list(STORE_DTYPES)}")
         expected = self.offset + shape[0] * shape[1] * dtype.itemsize
         actual = self.path.stat().st_size
         if actual < expected:
-            raise ValueError(f"'{self.path}' is truncated: {actual} bytes, the header promises {expected}.")
+            raise InputFileError(self.path, f"is truncated: {actual} bytes, the header promises {expected}")
         self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))
         self.dtype = np.dtype(dtype)
 
@@ -137,14 +142,43 @@ def _model_fingerprint(model: Any) -> str:
 
 
 def _read_progress(path: Path) -> dict[str, Any]:
+    """The progress file written by :func:`encode_to_store`, read through the trust boundary: every key it holds is
+    checked (kind, range) and unknown keys are refused; an :class:`InputFileError` naming the file and the key
+    otherwise (with how to start over)."""
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-        int(state["done"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(
-            f"'{path}' is not a progress file of encode_to_store ({exc}); pass resume=False to encode again."
+        fields = Fields(read_json(path), path, what="a progress file of encode_to_store")
+        fields.refuse_unknown(_PROGRESS_KEYS)
+        n = fields.get("n", int, lo=1)
+        state = {
+            "n": n,
+            "dtype": fields.get("dtype", str, choices=STORE_DTYPES),
+            "role": fields.get("role", (str, type(None)), choices=_ROLES),
+            "texts_sha256": fields.get("texts_sha256", str, check=_sha256),
+            "model_sha256": fields.get("model_sha256", str, check=_sha256),
+            "encode_kwargs": fields.get("encode_kwargs", dict, check=_string_values),
+            "dim": fields.get("dim", int, lo=1),
+            "done": fields.get("done", int, lo=0, hi=n),
+        }
+    except InputFileError as exc:
+        raise InputFileError(
+            path,
+            f"{exc.problem}; it is not a progress file of encode_to_store: pass resume=False to encode again",
+            exc.where,
         ) from None
     return state
+
+
+_PROGRESS_KEYS = ("n", "dtype", "role", "texts_sha256", "model_sha256", "encode_kwargs", "dim", "done")
+
+
+def _sha256(value: str) -> str | None:
+    if len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+        return None
+    return "must be a SHA-256 hex digest (64 characters 0-9a-f)"
+
+
+def _string_values(value: dict) -> str | None:
+    return None if all(isinstance(v, str) for v in value.values()) else "must map each argument to its repr (a string)"
 
 
 def _whole_file(path: Path, n: int, dtype: str, dim: Any) -> bool:

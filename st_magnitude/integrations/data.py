@@ -3,7 +3,9 @@
 A BEIR folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``, ``text``) and
 ``qrels/<split>.tsv`` (header ``query-id corpus-id score``; the published files have CRLF line endings).
 :func:`load_beir` reads them exactly as BEIR's ``GenericDataLoader`` does (same dictionaries; tested against it),
-but checks every line: a malformed line raises a ``ValueError`` naming the file, its line number and what was
+but checks every line through the trust boundary (:mod:`st_magnitude._trust`): a malformed line (bytes that are not
+UTF-8, invalid JSON, NaN, a lone surrogate such as ``"\\ud800"``, an id that is no string) raises an
+:class:`~st_magnitude._trust.InputFileError` (a ``ValueError``) naming the file, its line number and what was
 expected (``GenericDataLoader`` reports only the position inside the line). Blank lines are skipped, ids are read
 as strings, a qrels file without a header row keeps its first row, and judged queries with empty text are reported
 with a warning (they are still scored: an empty query is a real, if degenerate, input).
@@ -16,7 +18,6 @@ documents, and fill the corpus up to ``max_corpus`` with a fixed seeded sample o
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 import random
@@ -25,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from st_magnitude._trust import InputFileError, parse_json_line
+from st_magnitude._trust.lines import iter_lines
 from st_magnitude.data.text import doc_text  # re-exported: the one title + text join
 
 logger = logging.getLogger(__name__)
@@ -42,6 +45,8 @@ __all__ = [
 ]
 
 MISSING_POLICIES = ("raise", "drop")
+#: a qrels score is a relevance grade; pytrec_eval stores it in a C int
+SCORE_RANGE = (-(2**31), 2**31 - 1)
 
 
 @dataclass
@@ -122,44 +127,39 @@ def validate_retrieval_data(
     return corpus, queries, qrels
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each line, decoding UTF-8 line by line so a bad byte names its line; a UTF-8 byte order
-    mark at the start of the file is dropped (editors on Windows write one)."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start}).") from None
-            yield lineno, text.removeprefix("\ufeff") if lineno == 1 else text  # a BOM is no part of the first id
-
-
 def _jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
-    for lineno, line in _lines(path):
+    """Each JSON object of a BEIR JSON Lines file with its line number, every line checked through the trust
+    boundary (UTF-8, valid JSON without NaN or lone surrogates, not nested too deeply) and for the BEIR fields."""
+    for lineno, line in iter_lines(path):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno}); expected one object per line: "
-                f"{expected}."
-            ) from None
+            obj = parse_json_line(line, path, lineno)
+        except InputFileError as exc:
+            raise InputFileError(path, f"{exc.problem}; expected one object per line: {expected}", exc.where) from None
+        where = str(lineno)
         if not isinstance(obj, dict):
-            raise ValueError(f"{path}:{lineno}: expected a JSON object {expected}, got {type(obj).__name__}.")
+            raise InputFileError(path, f"expected a JSON object {expected}, got {type(obj).__name__}", where)
         if obj.get("_id") is None or obj.get("_id") == "":
-            raise ValueError(f'{path}:{lineno}: no "_id" field; expected {expected}.')
+            raise InputFileError(path, f'no "_id" field; expected {expected}', where)
         if not isinstance(obj["_id"], (str, int)) or isinstance(obj["_id"], bool):
-            raise ValueError(
-                f'{path}:{lineno}: "_id" is a {type(obj["_id"]).__name__} ({obj["_id"]!r}); an id is a string (or an '
-                f'integer), e.g. "_id": "doc1". Fix that line ({expected}).'
+            raise InputFileError(
+                path,
+                f'"_id" is a {type(obj["_id"]).__name__} ({_short(obj["_id"])}); an id is a string (or an integer), '
+                f'e.g. "_id": "doc1". Fix that line ({expected})',
+                where,
             )
         for key in ("text", "title"):
             if obj.get(key) is not None and not isinstance(obj[key], str):
-                raise ValueError(
-                    f'{path}:{lineno}: "{key}" is a {type(obj[key]).__name__}, expected a string ({expected}).'
+                raise InputFileError(
+                    path, f'"{key}" is a {type(obj[key]).__name__}, expected a string ({expected})', where
                 )
         yield lineno, obj
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _warn_duplicates(path: Path, dups: list[tuple[str, int]]) -> None:
@@ -217,21 +217,30 @@ def read_qrels_lines(path: str | os.PathLike) -> tuple[dict[str, dict[str, int]]
     qrels: dict[str, dict[str, int]] = {}
     lines: dict[tuple[str, str], int] = {}
     first = True
-    for lineno, line in _lines(path):
+    for lineno, line in iter_lines(path):
         if not line.strip():
             continue
-        row = next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_MINIMAL))
+        where = str(lineno)
+        try:
+            row = next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_MINIMAL))
+        except csv.Error as exc:  # a field over csv's size limit, a line break inside a field
+            raise InputFileError(path, f"not a row of {expected} ({exc})", where) from None
         if first:
             first = False
             if len(row) >= 3 and not _is_int(row[2]):
                 continue  # header
         if len(row) < 3:
-            raise ValueError(f"{path}:{lineno}: expected {expected}; got {len(row)} column(s): {line.strip()!r}.")
+            raise InputFileError(path, f"expected {expected}; got {len(row)} column(s): {_short(line.strip())}", where)
         if not _is_int(row[2]):
-            raise ValueError(f"{path}:{lineno}: score {row[2]!r} is not an integer; expected {expected}.")
+            raise InputFileError(path, f"score {_short(row[2])} is not an integer; expected {expected}", where)
         if not row[0] or not row[1]:
-            raise ValueError(f"{path}:{lineno}: empty query-id or corpus-id; expected {expected}.")
-        qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+            raise InputFileError(path, f"empty query-id or corpus-id; expected {expected}", where)
+        score = int(row[2])
+        if not SCORE_RANGE[0] <= score <= SCORE_RANGE[1]:
+            raise InputFileError(
+                path, f"score {score} is outside {SCORE_RANGE[0]}..{SCORE_RANGE[1]} (a relevance grade)", where
+            )
+        qrels.setdefault(row[0], {})[row[1]] = score
         lines[row[0], row[1]] = lineno
     return qrels, lines
 
@@ -250,19 +259,23 @@ def _check_qrels_rows(
             continue
         n_d = len({d for rel in qrels.values() for d in rel if d not in corpus})
         n_q = len([q for q in qrels if q not in queries])
-        raise ValueError(
-            f"{file}:{lineno}: {what} ({n_d} unknown document id(s), {n_q} unknown query id(s) in all); {fix}, or "
-            "pass on_missing='drop' (evaluate / mteb run: --on-missing drop) to drop such rows."
+        raise InputFileError(
+            file,
+            f"{what} ({n_d} unknown document id(s), {n_q} unknown query id(s) in all); {fix}, or pass "
+            "on_missing='drop' (evaluate / mteb run: --on-missing drop) to drop such rows",
+            str(lineno),
         )
 
 
 def _check_some_relevant(file: Path, qrels: dict[str, dict[str, int]], lines: dict) -> None:
     if not any(score > 0 for rel in qrels.values() for score in rel.values()):
         first = min(lines.values(), default=1)
-        raise ValueError(
-            f"{file}:{first}: no row has a score > 0 ({sum(map(len, qrels.values()))} rows); a judgement counts as "
-            "relevant only with a positive score (BEIR, pytrec_eval), so nothing could be retrieved correctly. Fix "
-            "the score column (e.g. 1 for relevant)."
+        raise InputFileError(
+            file,
+            f"no row has a score > 0 ({sum(map(len, qrels.values()))} rows); a judgement counts as relevant only "
+            "with a positive score (BEIR, pytrec_eval), so nothing could be retrieved correctly. Fix the score column "
+            "(e.g. 1 for relevant)",
+            str(first),
         )
 
 
@@ -290,7 +303,8 @@ def load_beir(
 
     Raises:
         FileNotFoundError: the folder or one of its files does not exist (the message lists the available splits).
-        ValueError: empty corpus, no judgements, or missing ids (see :func:`validate_retrieval_data`).
+        InputFileError: (a ``ValueError``) a line that is not what BEIR's format holds, an empty corpus, no
+            judgements, or missing ids (see :func:`validate_retrieval_data`); the message names the file and line.
     """
     path = Path(folder)
     if not path.is_dir():
@@ -303,14 +317,26 @@ def load_beir(
             f"{path}: no qrels for split {split!r} (qrels/{split}.tsv). Available splits: "
             f"{_available_splits(path) or 'none'}."
         )
+    if on_missing not in MISSING_POLICIES:
+        raise ValueError(f"on_missing must be one of {MISSING_POLICIES}, got {on_missing!r}")
+    qrels_file = path / "qrels" / f"{split}.tsv"
     corpus = read_corpus(path / "corpus.jsonl")
+    if not corpus:
+        raise InputFileError(
+            path / "corpus.jsonl", "the corpus is empty (no document line); retrieval evaluation needs at least one"
+        )
     queries, query_lines = read_queries(path / "queries.jsonl")
-    qrels, qrels_lines = read_qrels_lines(path / "qrels" / f"{split}.tsv")
-    if on_missing == "raise" and corpus and qrels:  # (an empty one is validate_retrieval_data's error)
+    qrels, qrels_lines = read_qrels_lines(qrels_file)
+    if not qrels:
+        raise InputFileError(qrels_file, "no relevance judgements (no row after the header)")
+    if on_missing == "raise":
         _check_qrels_rows(path, split, corpus, queries, qrels, qrels_lines)
     # GenericDataLoader.load() would KeyError on a judged query missing from queries.jsonl; validate first
-    corpus, queries, qrels = validate_retrieval_data(corpus, queries, qrels, on_missing=on_missing, name=path.name)
-    _check_some_relevant(path / "qrels" / f"{split}.tsv", qrels, qrels_lines)
+    try:
+        corpus, queries, qrels = validate_retrieval_data(corpus, queries, qrels, on_missing=on_missing, name=path.name)
+    except ValueError as exc:  # nothing left after dropping the rows with unknown ids
+        raise InputFileError(qrels_file, str(exc).removeprefix(f"{path.name}: ")) from None
+    _check_some_relevant(qrels_file, qrels, qrels_lines)
     empty = [q for q, text in queries.items() if not (text or "").strip()]
     if empty:
         warnings.warn(

@@ -1,27 +1,79 @@
-"""Constructor checks shared by the losses: a scale or temperature is a finite number > 0.
+"""Constructor checks shared by the losses: a scale or temperature is a number in :data:`SAFE_RANGE`.
 
 ``inf`` or ``nan`` would build and then return NaN losses (``inf · 0``, ``nan`` logits); ``0`` divides by zero; a
-negative value inverts the ranking. The string ``"learnable"`` is passed through untouched: a loss that accepts a
-learnable temperature handles it itself.
+negative value inverts the ranking. A value that passes ``0 < x < inf`` can still break the float32 arithmetic of
+the loss: a scale of ``1e308`` is ``inf`` once it multiplies a float32 score (NaN loss), a temperature of ``5e-324``
+is ``0`` in float32 (scores divided by it are ``inf``), and ``10**400`` is not even a float (``OverflowError``).
+
+So every scale and temperature lies in ``[1e-6, 1e6]`` (:data:`SAFE_RANGE`). A scale multiplies the scores and a
+temperature divides them, so the factor applied to a score is at most ``1e6``: float32 logits stay finite for every
+score up to ``1e32`` in magnitude (float32 ends at 3.4e38), far beyond what any similarity of the package produces
+(cosine and sim_TN lie in [-1, 1]; dot products of embeddings whose norms reach 1e4 are 1e8). The bounds are
+symmetric because a loss built from a temperature τ often multiplies by ``1/τ`` (``EttinRecipeLoss``, the learnable
+scale): both lie in the same range. The defaults (InfoNCE 20, MW τ 0.01, L2Dir 0.02, Revela 1e-4) sit well inside.
+
+A small positive constant that is no scale (Revela's ``eps``) is checked by :func:`positive_float32`: a float32
+normal number (``1e-300`` would be ``0`` in float32).
+
+The string ``"learnable"`` is passed through untouched: a loss that accepts a learnable temperature handles it
+itself (:class:`~st_magnitude.losses._temperature.LearnableScale`, clamped to ``1 ≤ scale ≤ 100``).
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["LEARNABLE", "positive_finite"]
+__all__ = ["FLOAT32_MAX", "FLOAT32_TINY", "LEARNABLE", "SAFE_RANGE", "positive_finite", "positive_float32"]
 
 #: the one non-numeric value a scale / temperature argument may take (the loss then learns it)
 LEARNABLE = "learnable"
 
+#: every scale and temperature lies in ``[lo, hi]`` (see the module docstring for why this keeps float32 finite)
+SAFE_RANGE = (1e-6, 1e6)
+
+#: the largest finite float32 and the smallest normal one
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38
+
+
+def _as_float(value: object) -> float | None:
+    """``value`` as a finite float when it is a real number (not a bool), else ``None``; a Python int too large for a
+    float is ``None`` too, never an ``OverflowError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _refuse(name: str, value: object, meaning: str, allowed: str) -> ValueError:
+    what = f" ({meaning})" if meaning else ""
+    shown = (
+        repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(value))} digits"
+    )
+    return ValueError(f"{name}{what} must be a finite number in {allowed}, got {shown}")
+
 
 def positive_finite(name: str, value: object, meaning: str = "") -> object:
-    """``value`` as a float when it is a finite number > 0 (``"learnable"`` is returned as it is); otherwise a
-    ``ValueError`` naming ``name``, the allowed range and what the value means (``meaning``, e.g. ``"1/temperature"``).
+    """``value`` as a float when it is a number in :data:`SAFE_RANGE` (``"learnable"`` is returned as it is);
+    otherwise a ``ValueError`` naming ``name``, the allowed range and what the value means (``meaning``, e.g.
+    ``"1/temperature"``).
     """
     if value == LEARNABLE and isinstance(value, str):
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        what = f" ({meaning})" if meaning else ""
-        raise ValueError(f"{name}{what} must be a finite number in 0 < {name} < inf, got {value!r}")
-    return float(value)
+    lo, hi = SAFE_RANGE
+    number = _as_float(value)
+    if number is None or not lo <= number <= hi:
+        raise _refuse(name, value, meaning, f"{lo:g} ≤ {name} ≤ {hi:g}")
+    return number
+
+
+def positive_float32(name: str, value: object, meaning: str = "", hi: float = FLOAT32_MAX) -> float:
+    """``value`` as a float when it is a positive normal float32 number (at most ``hi``); otherwise a ``ValueError``
+    naming the range."""
+    number = _as_float(value)
+    if number is None or not FLOAT32_TINY <= number <= hi:
+        raise _refuse(name, value, meaning, f"{FLOAT32_TINY:.4g} ≤ {name} ≤ {hi:g}")
+    return number

@@ -53,8 +53,17 @@ def load_loss_state_dict(loss: nn.Module, state: dict[str, Tensor]) -> None:
     keeps optimising the same tensors.
 
     Raises:
-        ValueError: the names or shapes in ``state`` are not those of the loss's state.
+        ValueError: a tensor holds NaN or ±inf (it would give NaN or zero gradients from the first step), or the
+            names or shapes in ``state`` are not those of the loss's state. Nothing is copied then.
     """
+    for name, tensor in state.items():
+        if (tensor.is_floating_point() or tensor.is_complex()) and not bool(
+            torch.isfinite(tensor.float() if tensor.element_size() == 1 else tensor).all()
+        ):
+            raise ValueError(
+                f"the saved state of {type(loss).__name__} holds NaN or ±inf in {name!r}; training from it gives NaN "
+                "or zero gradients. Restore an earlier checkpoint"
+            )
     if callable(getattr(type(loss), "load_loss_state_dict", None)):
         loss.load_loss_state_dict(state)
         return

@@ -2,19 +2,22 @@
 
 ``scale="learnable"`` (InfoNCE) or ``temperature="learnable"`` (MW, L2Dir's InfoNCE part) replaces the fixed number
 by :class:`LearnableScale`: one scalar parameter ``log_scale`` with ``scale = exp(log_scale)`` and
-``temperature = 1/scale = exp(−log_scale)``, initialised at the loss's default and clamped to ``scale ≤ 100``
-(``temperature ≥ 0.01``), as CLIP does (Radford et al. 2021, §2.5: "directly optimized during training as a
+``temperature = 1/scale = exp(−log_scale)``, initialised at the loss's default and clamped to ``1 ≤ scale ≤ 100``
+(``0.01 ≤ temperature ≤ 1``), as CLIP does (Radford et al. 2021, §2.5: "directly optimized during training as a
 log-parameterized multiplicative scalar ... clipped to prevent scaling the logits by more than 100").
 
-The clamp is the one OpenCLIP applies after each optimizer step, ``logit_scale.clamp_(0, ln 100)``: here it is
-applied in place each time the value is read, before any graph uses it, so a step that overshoots is pulled back to
-``ln 100`` and the gradient still flows at the bound (``exp`` of a clamped leaf, no ``torch.clamp`` in the graph).
+The clamp is the one OpenCLIP applies after each optimizer step, ``logit_scale.clamp_(0, ln 100)`` (``log_scale`` in
+``[0, ln 100]``, i.e. the scale in ``[1, 100]``): here it is applied in place each time the value is read, before any
+graph uses it, so a step that overshoots either way is pulled back to the bound and the gradient still flows there
+(``exp`` of a clamped leaf, no ``torch.clamp`` in the graph). Without the lower bound a few steps that lower the scale
+drive it towards 0, where every logit is 0 and the loss learns nothing.
 
 The parameter lives in the loss, so the machinery for loss-held parameters applies unchanged: the Trainer optimises
 it (``loss.named_parameters()``; its own learning rate through ``learning_rate_mapping={r"log_scale$": 1e-2}``),
 :func:`~st_magnitude.losses._common.sync_loss_held_gradients` averages its gradient over processes,
 :func:`~st_magnitude.losses._common.forward_cached_scaled` scales its GradCache gradient by the accumulation divisor
-and the fp16 loss scale, and :class:`~st_magnitude.callbacks.LossStateCallback` saves it with checkpoints.
+and the fp16 loss scale, and :class:`~st_magnitude.callbacks.LossStateCallback` saves it with checkpoints (a saved
+``log_scale`` that is NaN or infinite is refused when it is restored).
 :class:`~st_magnitude.callbacks.ScaleLoggingCallback` logs it.
 """
 
@@ -31,6 +34,7 @@ from st_magnitude.losses._checks import LEARNABLE, positive_finite
 __all__ = [
     "LEARNABLE",
     "MAX_SCALE",
+    "MIN_SCALE",
     "LearnableScale",
     "parse_scale",
     "parse_temperature",
@@ -43,29 +47,38 @@ __all__ = [
 
 #: CLIP's bound on the logit scale (Radford et al. 2021, §2.5); the learnable temperature is correspondingly ≥ 0.01.
 MAX_SCALE = 100.0
+#: OpenCLIP's lower bound (``logit_scale.clamp_(0, ln 100)``: ``log_scale ≥ 0``); the temperature is ≤ 1.
+MIN_SCALE = 1.0
 
 
 class LearnableScale(nn.Module):
-    """``scale = exp(log_scale)``, one trainable scalar, clamped in place to ``scale ≤ max_scale``.
+    """``scale = exp(log_scale)``, one trainable scalar, clamped in place to ``min_scale ≤ scale ≤ max_scale``.
 
     Args:
         init_scale: the starting scale (the loss's default: InfoNCE 20, MW 1/0.01 = 100, L2Dir 1/0.02 = 50).
         max_scale: upper bound of the scale (CLIP: 100).
+        min_scale: lower bound of the scale (OpenCLIP: 1, ``log_scale ≥ 0``).
     """
 
-    def __init__(self, init_scale: float, max_scale: float = MAX_SCALE) -> None:
+    def __init__(self, init_scale: float, max_scale: float = MAX_SCALE, min_scale: float = MIN_SCALE) -> None:
         super().__init__()
-        if not (math.isfinite(init_scale) and 0 < init_scale <= max_scale):
-            raise ValueError(f"init_scale must lie in (0, {max_scale:g}], got {init_scale!r}")
+        if not (math.isfinite(min_scale) and math.isfinite(max_scale) and 0 < min_scale <= max_scale):
+            raise ValueError(
+                f"need 0 < min_scale ≤ max_scale < inf, got min_scale={min_scale!r}, max_scale={max_scale!r}"
+            )
+        if not (math.isfinite(init_scale) and min_scale <= init_scale <= max_scale):
+            raise ValueError(f"init_scale must lie in [{min_scale:g}, {max_scale:g}], got {init_scale!r}")
         self.max_scale = float(max_scale)
+        self.min_scale = float(min_scale)
         self.init_scale = float(init_scale)
         self.log_scale = nn.Parameter(torch.tensor(math.log(init_scale), dtype=torch.float32))
 
     def clamp_(self) -> None:
-        """Pull ``log_scale`` back to ``≤ ln max_scale`` in place (a no-op unless the last step overshot)."""
+        """Pull ``log_scale`` back into ``[ln min_scale, ln max_scale]`` in place (a no-op unless the last step
+        overshot)."""
         # .data: the clamp is not part of any graph and does not bump the version counter of a leaf that an earlier
         # chunk of the same batch may have saved (the value is unchanged then, the clamp only acts between steps)
-        self.log_scale.data.clamp_(max=math.log(self.max_scale))
+        self.log_scale.data.clamp_(min=math.log(self.min_scale), max=math.log(self.max_scale))
 
     def forward(self) -> Tensor:
         """The scale as a 0-dim float32 tensor with a gradient to ``log_scale``."""
@@ -75,14 +88,19 @@ class LearnableScale(nn.Module):
     @property
     def value(self) -> float:
         """The current (clamped) scale as a float."""
-        return min(math.exp(float(self.log_scale.detach())), self.max_scale)
+        log_scale = min(max(float(self.log_scale.detach()), math.log(self.min_scale)), math.log(self.max_scale))
+        return math.exp(log_scale)
 
     def extra_repr(self) -> str:
-        return f"scale={self.value:.4g}, init_scale={self.init_scale:g}, max_scale={self.max_scale:g}"
+        return (
+            f"scale={self.value:.4g}, init_scale={self.init_scale:g}, min_scale={self.min_scale:g}, "
+            f"max_scale={self.max_scale:g}"
+        )
 
 
 def _parse(value: Any, name: str, meaning: str) -> float | str:
-    """``"learnable"``, or the value as a float when it is a finite number > 0; one error naming both otherwise."""
+    """``"learnable"``, or the value as a float when it is a number in ``SAFE_RANGE``; one error naming both
+    otherwise."""
     return positive_finite(name, value, f"{meaning}; or {LEARNABLE!r}")
 
 
@@ -90,7 +108,7 @@ def parse_scale(value: Any, default: float, name: str = "scale") -> float | Lear
     """A fixed scale (float) or, for ``"learnable"``, a :class:`LearnableScale` starting at ``default``.
 
     Raises:
-        ValueError: anything but a positive finite number or ``"learnable"``.
+        ValueError: anything but a number in ``[1e-6, 1e6]`` or ``"learnable"``.
     """
     parsed = _parse(value, name, "inverse temperature")
     return LearnableScale(default) if parsed == LEARNABLE else parsed
@@ -98,10 +116,10 @@ def parse_scale(value: Any, default: float, name: str = "scale") -> float | Lear
 
 def parse_temperature(value: Any, default: float, name: str = "temperature") -> float | LearnableScale:
     """A fixed temperature (float) or, for ``"learnable"``, a :class:`LearnableScale` starting at ``1/default``
-    (so the temperature is bounded below by ``1/MAX_SCALE = 0.01``).
+    (so the temperature lies in ``[1/MAX_SCALE, 1/MIN_SCALE] = [0.01, 1]``).
 
     Raises:
-        ValueError: anything but a positive finite number or ``"learnable"``.
+        ValueError: anything but a number in ``[1e-6, 1e6]`` or ``"learnable"``.
     """
     parsed = _parse(value, name, f"scale = 1/{name}")
     return LearnableScale(1.0 / default) if parsed == LEARNABLE else parsed

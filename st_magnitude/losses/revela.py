@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
-from st_magnitude.losses._checks import positive_finite
+from st_magnitude.losses._checks import positive_finite, positive_float32
 from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.modules.revela_attention import (
     REVELA_ATTENTION,
@@ -156,7 +156,7 @@ class RevelaLoss(nn.Module):
         """
         super().__init__()
         positive_finite("temperature", temperature, "attention logits are divided by it")
-        positive_finite("eps", eps, "keeps the norms away from 0")
+        positive_float32("eps", eps, "keeps the norms away from 0", hi=1.0)
         self.model = model
         self.lm = lm
         self.temperature = float(temperature)

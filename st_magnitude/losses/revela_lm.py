@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from st_magnitude._trust.errors import InputFileError
+from st_magnitude._trust.tensors import load_tensors
 from st_magnitude.modules.revela_attention import REVELA_ATTENTION
 
 logger = logging.getLogger(__name__)
@@ -52,18 +54,17 @@ def load_lm_weights(lm: nn.Module, folder: str | os.PathLike) -> None:
 
     Raises:
         FileNotFoundError: if the folder holds no saved LM.
-        ValueError: if a saved tensor has no parameter of that name and shape in ``lm``.
+        InputFileError: (a ``ValueError``) the file is not a valid safetensors file, a tensor holds NaN or ±inf, or
+            a saved tensor has no parameter of that name and shape in ``lm``; the message names the file.
     """
-    from safetensors.torch import load_file
-
     path = Path(folder) / _LM_WEIGHTS
     if not path.is_file():
         raise FileNotFoundError(f"no saved Revela LM at {path}")
-    saved = load_file(str(path))
+    saved = load_tensors(path)
     params = dict(lm.named_parameters())
     missing = [name for name in saved if name not in params or params[name].shape != saved[name].shape]
     if missing:
-        raise ValueError(f"saved LM tensors do not match the LM's parameters: {missing[:5]}")
+        raise InputFileError(path, f"saved LM tensors do not match the LM's parameters: {missing[:5]}")
     with torch.no_grad():
         for name, tensor in saved.items():
             params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))

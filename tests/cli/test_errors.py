@@ -72,7 +72,7 @@ BAD = [
     ("evaluate {model} --data {toy} --similarity learnable", "'learnable' cannot be used here"),
     ("evaluate {model} --data {toy} --similarity qnrom", "Valid names: cosine, dot, qnorm, dnorm"),
     ("evaluate {model} --data {no_id}", 'corpus.jsonl:7: no "_id" field'),
-    ("evaluate {model} --data {bad_json}", "corpus.jsonl:10: invalid JSON"),
+    ("evaluate {model} --data {bad_json}", "corpus.jsonl:10: not valid JSON"),
     ("evaluate {model} --data {bad_qrels}", "test.tsv:10: expected 3 tab-separated columns"),
     ("evaluate {model} --data {toy} --json {dir}", "is a folder"),
     ("evaluate {model} --data {toy} --json {file}/rows.json", "is a file, not a folder"),

@@ -21,11 +21,11 @@ def _replace_line(path, lineno: int, text: str) -> None:
 @pytest.mark.parametrize(
     "fname, lineno, text, message",
     [
-        ("corpus.jsonl", 51, '{"_id": "d50", "text": "broken\n', r"corpus\.jsonl:51: invalid JSON"),
+        ("corpus.jsonl", 51, '{"_id": "d50", "text": "broken\n', r"corpus\.jsonl:51: not valid JSON"),
         ("corpus.jsonl", 51, '{"title": "t", "text": "x"}\n', r'corpus\.jsonl:51: no "_id" field; expected \{"_id"'),
         ("corpus.jsonl", 7, '["d6", "text"]\n', r"corpus\.jsonl:7: expected a JSON object"),
         ("corpus.jsonl", 8, '{"_id": "d7", "text": 3}\n', r'corpus\.jsonl:8: "text" is a int, expected a string'),
-        ("queries.jsonl", 4, "not json\n", r"queries\.jsonl:4: invalid JSON"),
+        ("queries.jsonl", 4, "not json\n", r"queries\.jsonl:4: not valid JSON"),
         ("queries.jsonl", 2, '{"text": "no id"}\n', r'queries\.jsonl:2: no "_id" field'),
         ("qrels/test.tsv", 5, "q1 d2 1\r\n", r"test\.tsv:5: expected 3 tab-separated columns"),
         ("qrels/test.tsv", 6, "q2\td4\thigh\r\n", r"test\.tsv:6: score 'high' is not an integer"),
@@ -41,7 +41,7 @@ def test_malformed_line_names_file_line_and_expectation(toy, fname, lineno, text
 def test_invalid_utf8_names_its_line(toy):
     with open(toy / "corpus.jsonl", "ab") as f:
         f.write(b'{"_id": "x", "text": "\xff"}\n')
-    with pytest.raises(ValueError, match=r"corpus\.jsonl:61: not valid UTF-8"):
+    with pytest.raises(ValueError, match=r"corpus\.jsonl:61: byte 0xff \(byte 23 of the line\) is not UTF-8"):
         load_beir(toy)
 
 

@@ -106,7 +106,7 @@ def test_a_20_mb_corpus_on_one_line_is_read_or_refused_with_its_line(toy):
     assert len(load_beir(toy).corpus["d0"]["text"]) > 19_000_000  # one 20 MB document: read whole
     one_line = "".join(json.dumps(d) for d in docs)  # every document on one 20 MB line, no newline
     (toy / "corpus.jsonl").write_text(one_line)
-    with pytest.raises(ValueError, match=r"corpus\.jsonl:1: invalid JSON \(Extra data at column \d+\); expected one"):
+    with pytest.raises(ValueError, match=r"corpus\.jsonl:1: not valid JSON \(Extra data, column \d+\); expected one"):
         load_beir(toy)
     (toy / "corpus.jsonl").write_text(json.dumps(docs))  # a JSON array on one line
     with pytest.raises(ValueError, match=r"corpus\.jsonl:1: expected a JSON object"):
