@@ -88,8 +88,7 @@ class LearnableScale(nn.Module):
     @property
     def value(self) -> float:
         """The current (clamped) scale as a float."""
-        log_scale = min(max(float(self.log_scale.detach()), math.log(self.min_scale)), math.log(self.max_scale))
-        return math.exp(log_scale)
+        return min(max(math.exp(float(self.log_scale.detach())), self.min_scale), self.max_scale)
 
     def extra_repr(self) -> str:
         return (

@@ -28,7 +28,7 @@ from st_magnitude.losses import (
     MWLoss,
     PartialNormInfoNCELoss,
 )
-from st_magnitude.losses._temperature import MAX_SCALE, LearnableScale
+from st_magnitude.losses._temperature import MAX_SCALE, MIN_SCALE, LearnableScale
 from st_magnitude.modules.nap_head import NAPHead
 
 B, H, N_IN, DIM = 6, 1, 5, 4
@@ -131,8 +131,23 @@ def test_clamp_keeps_the_scale_at_most_100_and_the_gradient_flows_at_the_bound()
     assert float(module.log_scale) == pytest.approx(math.log(100.0), rel=1e-15)  # clamped in place (CLIP)
     value.backward()
     assert float(module.log_scale.grad) == pytest.approx(100.0)  # d exp(l)/dl at the bound: not cut off
-    with pytest.raises(ValueError, match=r"init_scale must lie in \(0, 100\]"):
+    with pytest.raises(ValueError, match=r"init_scale must lie in \[1, 100\]"):
         LearnableScale(150.0)
+
+
+def test_clamp_keeps_the_scale_at_least_1_as_openclip_and_the_gradient_flows_at_the_bound():
+    # OpenCLIP: logit_scale.clamp_(0, ln 100) after each step, so the scale never drops below exp(0) = 1
+    module = LearnableScale(20.0).double()
+    with torch.no_grad():
+        module.log_scale.fill_(math.log(0.01))  # an optimizer step overshot downwards
+    assert module.value == pytest.approx(MIN_SCALE)
+    value = module()
+    assert float(value.detach()) == pytest.approx(1.0, rel=1e-12)
+    assert float(module.log_scale) == 0.0  # clamped in place, like OpenCLIP's clamp_
+    value.backward()
+    assert float(module.log_scale.grad) == pytest.approx(1.0)  # d exp(l)/dl at l = 0: not cut off
+    with pytest.raises(ValueError, match=r"init_scale must lie in \[1, 100\]"):
+        LearnableScale(0.5)
 
 
 def test_defaults_and_config():
@@ -152,11 +167,13 @@ def test_defaults_and_config():
         ScaleLoggingCallback(_build("mw", 0.05, weight))
 
 
-@pytest.mark.parametrize("bad", ["learnble", "Learnable", -1, 0, 0.0, math.inf, math.nan, True, None, [20]])
+@pytest.mark.parametrize(
+    "bad", ["learnble", "Learnable", -1, 0, 0.0, math.inf, math.nan, True, None, [20], 1e308, 5e-324, 10**400]
+)
 @pytest.mark.parametrize("kind", ["infonce", "infonce_cached", "mw", "mw_cached", "l2dir", "l2dir_cached"])
 def test_bad_values_name_the_allowed_ones(kind, bad):
     _, weight = _inputs()
-    with pytest.raises(ValueError, match=r"(?=.*'learnable').*must be a finite number in 0 < \w+ < inf"):
+    with pytest.raises(ValueError, match=r"(?=.*'learnable').*must be a finite number in 1e-06 ≤ \w+ ≤ 1e\+06"):
         _build(kind, bad, weight)
 
 
@@ -221,6 +238,35 @@ def test_trainer_gradient_accumulation_equals_the_mean_of_its_micro_batches(tiny
         torch.testing.assert_close(trained[name].detach(), value, rtol=0, atol=1e-10, msg=name)
     held = [n for n in expected if n.endswith("log_scale")][0]
     assert abs(float(trained[held]) - float(ref_loss.get_parameter(held))) > 1e-4  # it moved
+
+
+def test_a_trainer_step_that_lowers_the_scale_stops_at_1(tiny_bert_dir, tmp_path):
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer
+
+    # Given 4 rows whose labelled positive is never the best match: row i's positive is anchor i+1, so the candidate
+    # of row i-1 *is* anchor i (cosine 1). A larger scale only sharpens the wrong ranking, so the gradient lowers it.
+    anchors = TRAIN_SENTENCES[:4]
+    data = Dataset.from_dict({"anchor": anchors, "positive": anchors[1:] + anchors[:1]})
+    model = build_tiny_st(tiny_bert_dir, normalize=False, dropout=0.0)
+    loss = PartialNormInfoNCELoss(model, "cosine", scale="learnable")
+    probe = loss([model.preprocess(anchors), model.preprocess(data["positive"])], None)
+    probe.backward()
+    assert float(loss.scale.log_scale.grad) > 0  # the step goes down: the case the lower bound is for
+    loss.zero_grad()
+    model.zero_grad()
+    # When one SGD step with a large learning rate on the log-scale is taken by the Trainer
+    args = cpu_training_args(
+        tmp_path, max_steps=1, per_device_train_batch_size=4, optim="sgd", learning_rate=0.0,
+        learning_rate_mapping={r"log_scale$": 1e4}, lr_scheduler_type="constant", weight_decay=0.0,
+        max_grad_norm=0.0, save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss).train()
+    # Then the step overshot below ln 1 = 0, and the next read pulls it back to scale 1 (OpenCLIP's bound)
+    assert float(loss.scale.log_scale) < 0
+    assert loss.scale.value == pytest.approx(1.0)
+    assert float(loss.scale()) == pytest.approx(1.0) and float(loss.scale.log_scale) == 0.0
+    assert loss.get_config_dict()["scale_learned"] == 1.0
 
 
 def _value_of(loss, batch):
