@@ -136,7 +136,8 @@ def _jsonl(path: Path, expected: str) -> Iterator[tuple[int, dict]]:
         try:
             obj = parse_json_line(line, path, lineno)
         except InputFileError as exc:
-            raise InputFileError(path, f"{exc.problem}; expected one object per line: {expected}", exc.where) from None
+            problem = f"{exc.problem}; expected one object per line: {expected}"
+            raise InputFileError(path, problem, exc.where or str(lineno)) from None
         where = str(lineno)
         if not isinstance(obj, dict):
             raise InputFileError(path, f"expected a JSON object {expected}, got {type(obj).__name__}", where)
