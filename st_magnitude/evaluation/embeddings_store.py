@@ -290,11 +290,11 @@ def encode_to_store(
             f"'{path}' exists without a progress file from encode_to_store; pass resume=False to overwrite it."
         )
 
-    encode = {"document": getattr(model, "encode_document", None), "query": getattr(model, "encode_query", None)}.get(
-        role, model.encode
-    )
+    method = "encode" if role is None else f"encode_{role}"
+    encode = getattr(model, method, None)
     if encode is None:
-        raise ValueError(f"role={role!r} needs model.encode_{role}; this model has none (use role=None)")
+        hint = "" if role is None else " (use role=None)"
+        raise ValueError(f"role={role!r} needs model.{method}; this model has none{hint}")
     kwargs = {"batch_size": batch_size, "convert_to_numpy": True, "show_progress_bar": False, **encode_kwargs}
     if pool is not None:
         kwargs["pool"] = pool
