@@ -239,7 +239,9 @@ def read_qrels_lines(path: str | os.PathLike) -> tuple[dict[str, dict[str, int]]
         score = int(row[2])
         if not SCORE_RANGE[0] <= score <= SCORE_RANGE[1]:
             raise InputFileError(
-                path, f"score {score} is outside {SCORE_RANGE[0]}..{SCORE_RANGE[1]} (a relevance grade)", where
+                path,
+                f"score {_short(row[2])} is outside {SCORE_RANGE[0]}..{SCORE_RANGE[1]} (a relevance grade)",
+                where,
             )
         qrels.setdefault(row[0], {})[row[1]] = score
         lines[row[0], row[1]] = lineno

@@ -97,7 +97,7 @@ def test_unicode_line_separators_inside_a_string_stay_on_their_line(toy):
     [
         ("q0\td0\r1\t1\r\n", r"test\.tsv:2: not a row of 3 tab-separated columns"),
         ("q0\t" + "d" * 200_000 + "\t1\r\n", r"test\.tsv:2: not a row of .*field larger than field limit"),
-        (f"q0\td0\t{2**40}\r\n", r"test\.tsv:2: score 1099511627776 is outside"),
+        (f"q0\td0\t{2**40}\r\n", r"test\.tsv:2: score '1099511627776' is outside"),
     ],
     ids=["carriage-return-in-a-field", "field-over-csv-limit", "score-beyond-int32"],
 )
