@@ -72,9 +72,9 @@ def test_saved_trust_remote_code_runs_no_code_and_says_how_to_register(tiny_bert
     assert time.monotonic() - started < 30, "a refusal is not transient: LanceDB must not retry it"
 
 
-def test_a_model_registered_in_code_is_used_and_the_saved_flag_is_not(tiny_bert_dir, tmp_path):
-    """With the model registered in code (without ``trust_remote_code``), the saved ``true`` does not load the
-    folder's code either: the loader refuses the foreign module, and the marker never appears."""
+def test_registering_a_folder_with_foreign_code_in_code_still_needs_the_flag(tiny_bert_dir, tmp_path):
+    """Registering that folder in code without ``trust_remote_code=True`` refuses its foreign module (nothing is
+    imported): the flag is the caller's, said in code."""
     from st_magnitude.serving.lancedb import lancedb_embedding_function
 
     folder, marker = _evil_folder(tiny_bert_dir, tmp_path)
