@@ -258,7 +258,13 @@ def fit_calibration(
     from sklearn.linear_model import LogisticRegression
 
     lr = LogisticRegression(C=1e6, max_iter=1000).fit(s.reshape(-1, 1), y)  # almost unregularised (Platt 1999)
-    return ScoreCalibration("platt", a=float(lr.coef_[0, 0]), b=float(lr.intercept_[0]), meta=meta)
+    a = float(lr.coef_[0, 0])
+    if a < 0:
+        raise ValueError(
+            f"Platt scaling fitted a decreasing map (a = {a:.4g}): on these pools higher scores mean less relevant "
+            "(pooled AUC below 0.5), so no monotone map calibrates them; check the model and the data"
+        )
+    return ScoreCalibration("platt", a=a, b=float(lr.intercept_[0]), meta=meta)
 
 
 def calibration_pools(

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from st_magnitude._trust import InputFileError
-from st_magnitude.evaluation.calibration import CALIBRATION_FILENAME, ScoreCalibration
+from st_magnitude.evaluation.calibration import CALIBRATION_FILENAME, ScoreCalibration, fit_calibration
 
 ISOTONIC = {
     "method": "isotonic",
@@ -103,6 +103,8 @@ def test_a_map_built_in_code_is_checked_the_same_way():
         ScoreCalibration("isotonic", [0.0, 1.0], [0.9, 0.1])
     with pytest.raises(ValueError, match="a: must be a finite number"):
         ScoreCalibration("platt", a=float("nan"))
+    with pytest.raises(ValueError, match="Platt scaling fitted a decreasing map"):
+        fit_calibration([0.1, 0.2, 0.15], [0.8, 0.9, 0.7, 0.85], "platt")  # positives score lower
 
 
 # --- random mutations of a valid file -------------------------------------------------------------------------------
