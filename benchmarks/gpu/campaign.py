@@ -16,6 +16,11 @@ the claim's summary. On the GPU machine only ``--out`` comes back, so everything
     python benchmarks/gpu/campaign.py collect OUT      # here: commit the new parts and summaries
     python benchmarks/gpu/campaign.py run --dry-run --out /tmp/c    # CPU, tiny sizes, the same code path
 
+Limits: a seed is the smallest unit (``replicate`` resumes after the last finished seed, not inside one), so a claim
+whose gpu-profile seed takes longer than the budget makes no progress here (seed times on one GPU are not measured
+yet; benchmarks/gpu_replication.sh's notes say 10-60 minutes); parts merge only when they ran on the same GPU model
+and torch (``replicate --merge`` refuses otherwise, and campaign.json records the refusal).
+
 Base models travel in fp16 (``prepare.sh``; 64 MiB per device call) and are unpacked to fp32 under the aliases'
 package names (``campaign.sh``); the campaign.json of each run says so.
 """
