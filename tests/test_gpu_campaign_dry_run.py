@@ -50,6 +50,7 @@ def test_the_committed_parts_are_the_state_and_the_plan_follows_the_priority(tmp
     assert [(e.name, k) for e, k in campaign.plan(2, parts)] == [(second.name, 0), (second.name, 1)]
 
 
+@pytest.mark.heavy  # two replicate dry runs and a merge in subprocesses: about 100 CPU-s
 def test_two_runs_accumulate_seeds_and_merge_them(setup, tmp_path):
     campaign = _campaign()
     parts = tmp_path / "parts"
