@@ -3,7 +3,8 @@
 Arms fine-tune the same base on STS-B train by MSE regression of the score onto the label in [0, 1] (paper 000
 App. G.1/R): cosine (``CosineSimilarityLoss``), and the dot-type scores dot, Sent1Norm (sentence 1 normalised, the
 query side) and Sent2Norm (sentence 2 normalised), each multiplied by λ. The one-sided arms are trained at every λ of
-the profile — the paper's 0.01, 0.1, and λ calibrated on the base (1/E‖e‖², so λ·e₁·e₂ starts at cosine's scale) — so
+the profile — the paper's 0.01, 0.1, λ calibrated on the base for the two-sided dot score (1/E‖e‖², so λ·e₁·e₂ starts at cosine's
+scale) and λ calibrated for a one-sided score (1/E‖e‖: one side has norm 1, so λ·e₁·ê₂ starts at cosine's scale) — so
 a collapse that only one λ shows is not taken for the effect of one-sided normalisation. Each arm is evaluated with
 its own score on STS-B test (Spearman against the gold label; λ does not change Spearman) and, on the same
 embeddings, by cosine. The untrained base is an arm too, scored by cosine (and, reported, one-sided).
@@ -83,15 +84,26 @@ def _scores(pred: np.ndarray, e1: torch.Tensor, e2: torch.Tensor, labels, **extr
     return {"sts-b": {"metrics": metrics, "predictions": pred.round(6).tolist()}}
 
 
+#: λ set from the base's embedding norms: for the two-sided dot score (1/E‖e‖²) and for a one-sided score (1/E‖e‖)
+CALIBRATED = {"calibrated": 2, "calibrated-one-sided": 1}
+
+
+def calibrated_scale(lam, norms: torch.Tensor) -> float:
+    """λ as a number: ``lam`` itself, or 1/E‖e‖^p of the base's ``norms`` for a :data:`CALIBRATED` name."""
+    return float(1.0 / (norms ** CALIBRATED[lam]).mean()) if lam in CALIBRATED else float(lam)
+
+
 def arm_plan(arms: list[str], lambdas: list) -> list[tuple[str, str, object]]:
     """``(arm name, similarity, λ)`` per trained arm: cosine at λ 1, dot at the first λ, each one-sided arm at every
-    λ (``"calibrated"``: 1/E‖e‖² on the base)."""
+    λ (a :data:`CALIBRATED` name: λ from the base's norms)."""
     unknown = [a for a in arms if a not in ARMS]
     if unknown or "cosine" not in arms:
         raise ValueError(f"arms must include 'cosine' and come from {', '.join(ARMS)}; got {arms}")
-    bad = [lam for lam in lambdas if lam != "calibrated" and not (isinstance(lam, (int, float)) and lam > 0)]
+    bad = [lam for lam in lambdas if lam not in CALIBRATED and not (isinstance(lam, (int, float)) and lam > 0)]
     if bad or not lambdas:
-        raise ValueError(f"lambdas must be positive numbers or 'calibrated', got {lambdas}")
+        raise ValueError(
+            f"lambdas must be positive numbers or one of {', '.join(map(repr, CALIBRATED))}, got {lambdas}"
+        )
     plan = []
     for arm in arms:
         if arm == "cosine":
@@ -125,11 +137,11 @@ def run_seed(ctx: Context) -> dict:
             + train_data["sentence2"][: s["calibration_sentences"]]
         )
         norms = base.encode(sample, batch_size=128, convert_to_tensor=True).float().norm(dim=-1)
-    calibrated = float(1.0 / (norms**2).mean())
+    calibrated = calibrated_scale("calibrated", norms)
     arms = {"base": _scores(torch.cosine_similarity(e1, e2).numpy(), e1, e2, test["score"], **one_sided)}
     del base
     for arm, sim, lam in plan:
-        scale = calibrated if lam == "calibrated" else float(lam)
+        scale = calibrated_scale(lam, norms)
         set_seed(ctx.seed)
         model = base_model(ctx.model or s["model"], device=ctx.device, max_seq_length=s["max_seq_length"])
         apply_similarity(model, sim, warn_on_strip=False)
@@ -148,7 +160,12 @@ def run_seed(ctx: Context) -> dict:
         e1, e2 = _encode(model, test)
         arms[arm] = _scores((e1 * e2).sum(-1).numpy(), e1, e2, test["score"], steps=steps, scale=scale, **info)
         del model, loss
-    return {"arms": arms, "labels": test["score"], "calibrated_lambda": calibrated}
+    return {
+        "arms": arms,
+        "labels": test["score"],
+        "calibrated_lambda": calibrated,
+        "calibrated_lambda_one_sided": calibrated_scale("calibrated-one-sided", norms),
+    }
 
 
 def decide(seeds: list[dict], settings: dict) -> dict:
@@ -205,7 +222,7 @@ _CPU = dict(
     learning_rate=1e-4,
     max_seq_length=64,
     arms=list(ARMS),
-    lambdas=[0.01, 0.1, "calibrated"],
+    lambdas=[0.01, 0.1, "calibrated", "calibrated-one-sided"],
     calibration_sentences=500,
     collapse_margin=0.10,
     n_boot=1000,
@@ -240,13 +257,14 @@ CLAIM = Claim(
             "--model takes another folder",
             "all 5,749 STS-B train pairs, no AllNLI; 2 epochs (358 steps), batch 32, lr 1e-4 (paper: STS-B + "
             "AllNLI, 4 epochs, batch 64, lr 2e-5) — our choice for a 4M-parameter model on a 2-core CPU",
-            "one-sided arms at λ = 0.01, 0.1 and 1/E‖e‖² of the base (the paper gives λ = 0.01 for dot-type scores "
-            "and is silent for the one-sided ones)",
+            "one-sided arms at λ = 0.01, 0.1, 1/E‖e‖² of the base (calibrated for the two-sided dot score, ≈ 0.009) "
+            "and 1/E‖e‖ (calibrated for a one-sided score, ≈ 0.1); the paper gives λ = 0.01 for dot-type scores and "
+            "is silent for the one-sided ones",
         ],
         "gpu": [
             f"base: {describe_model('bert-tiny')} by default; pass --model <Contriever folder> for the paper's base",
             "STS-B train only, no AllNLI (not in the offline data); paper recipe otherwise (MSE, 4 epochs, batch 64, "
-            "lr 2e-5, warm-up 0.1), one-sided arms at λ = 0.01, 0.1 and calibrated",
+            "lr 2e-5, warm-up 0.1), one-sided arms at λ = 0.01, 0.1 and both calibrated λ",
         ],
     },
     can_establish={
