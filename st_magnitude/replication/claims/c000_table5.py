@@ -3,11 +3,11 @@
 Arms fine-tune the same base on STS-B train by MSE regression of the score onto the label in [0, 1] (paper 000
 App. G.1/R): cosine (``CosineSimilarityLoss``), and the dot-type scores dot, Sent1Norm (sentence 1 normalised, the
 query side) and Sent2Norm (sentence 2 normalised), each multiplied by λ. The one-sided arms are trained at every λ of
-the profile — the paper's 0.01, 0.1, λ calibrated on the base for the two-sided dot score (1/E‖e‖², so λ·e₁·e₂ starts at cosine's
-scale) and λ calibrated for a one-sided score (1/E‖e‖: one side has norm 1, so λ·e₁·ê₂ starts at cosine's scale) — so
-a collapse that only one λ shows is not taken for the effect of one-sided normalisation. Each arm is evaluated with
-its own score on STS-B test (Spearman against the gold label; λ does not change Spearman) and, on the same
-embeddings, by cosine. The untrained base is an arm too, scored by cosine (and, reported, one-sided).
+the profile — the paper's 0.01, 0.1, λ calibrated on the base for the two-sided dot score (1/E‖e‖², so λ·e₁·e₂
+starts at cosine's scale) and λ calibrated for a one-sided score (1/E‖e‖: one side has norm 1, so λ·e₁·ê₂ starts at
+cosine's scale) — so a collapse that only one λ shows is not taken for the effect of one-sided normalisation. Each
+arm is evaluated with its own score on STS-B test (Spearman against the gold label; λ does not change Spearman) and,
+on the same embeddings, by cosine. The untrained base is an arm too, scored by cosine (and, reported, one-sided).
 """
 
 from __future__ import annotations
