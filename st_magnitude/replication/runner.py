@@ -307,17 +307,52 @@ def run_claim(
     return record
 
 
+def has_items(record: dict[str, Any]) -> bool:
+    """Whether ``record`` holds per-item values (a full result), not only a summary's aggregates."""
+    return slim(record.get("seeds", [])) != record.get("seeds", [])
+
+
 def decide_again(record: dict[str, Any]) -> None:
     """Decide ``record`` (its ``seeds`` and ``settings``) by its claim's current rule, in place. When that rule's text
     differs from the one the run was made under, the record carries the current text and keeps the earlier one as
-    ``verdict_rule_when_run``, so the page can say the verdict comes from a revised rule."""
+    ``verdict_rule_when_run``, so the page can say the verdict comes from a revised rule.
+
+    A summary (no per-item values) is judged again from what its decision stores (:func:`judge_again`)."""
     claim = get_claim(record["claim"])
     if record.get("verdict_rule") != claim.verdict_rule:
         record.setdefault("verdict_rule_when_run", record.get("verdict_rule"))
         record["verdict_rule"] = claim.verdict_rule
-    record["decision"] = claim.decide(record["seeds"], record["settings"])
+    if has_items(record):
+        record["decision"] = claim.decide(record["seeds"], record["settings"])
+    else:
+        judge_again(record)
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
+
+
+def judge_again(record: dict[str, Any]) -> None:
+    """Judge a summary's stored decision again by its claim's current rule (:attr:`Claim.judge`), in place: the
+    comparisons, their intervals and the gates stay those of the run (nothing is recomputed from items); the
+    statements, the multiplicity rule and the verdict are the current rule's. ``decision["judged_from"]`` says so."""
+    from st_magnitude.replication.gates import apply_gates, judge_stored
+
+    claim = get_claim(record["claim"])
+    old = record["decision"]
+    new = (
+        claim.judge(old, record["settings"])
+        if claim.judge is not None
+        else judge_stored(old, "the paper's claim", claim.statement)
+    )
+    kept = {k: v for k, v in old.items() if k not in ("ungated_verdict", "gate_note", "parts", "statements", "note")}
+    decision = {**kept, **new}
+    apply_gates(decision, old.get("gates", []))
+    if new.get("untested"):
+        decision["verdict"] = new["verdict"]
+    decision["judged_from"] = (
+        "the summary's stored comparisons and intervals (no per-item values): statements and verdict by the "
+        "current rule, intervals as run"
+    )
+    record["decision"] = decision
 
 
 def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None = None) -> dict[str, Any]:
