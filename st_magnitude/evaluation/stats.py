@@ -305,8 +305,8 @@ def _bootstrap_t(d: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def _multipliers(d: np.ndarray, df: np.ndarray, alphas: Sequence[float], n_boot: int, seed: int) -> tuple:
     """Per one-sided level ``a`` in ``alphas``: the multipliers of SE below and above the mean — ``t_ν(1 − a)``,
-    widened (never narrowed) to the bootstrap-t quantile where the studentized mean over resampled items has the
-    longer tail on that side."""
+    widened (never narrowed) to the bootstrap-t quantile of that side (equal-tailed) or of ``|T*|`` (symmetric),
+    whichever is larger, where the studentized mean over resampled items has a longer tail than t."""
     from scipy import stats
 
     k, n = d.shape[-2:]
@@ -322,9 +322,10 @@ def _multipliers(d: np.ndarray, df: np.ndarray, alphas: Sequence[float], n_boot:
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN resample set (no variation): plain t
         for a, ta in zip(alphas, t):
             lo, hi = np.nanquantile(tstar, [a, 1 - a], axis=-1)
+            sym = np.nanquantile(np.abs(tstar), 1 - 2 * a, axis=-1)  # the symmetric bootstrap-t (Hall 1988)
             # the interval for the mean is [m − q(1−a)·SE, m − q(a)·SE]: the upper quantile sets the lower end
-            below.append(np.fmax(ta, hi))
-            above.append(np.fmax(ta, -lo))
+            below.append(np.fmax(np.fmax(ta, hi), sym))
+            above.append(np.fmax(np.fmax(ta, -lo), sym))
     return below, above
 
 
@@ -369,8 +370,9 @@ def crossed_interval(
     seed × item variance components (see the module docstring; they are :func:`variance_components` of the same
     matrix), ``a`` and ``b`` the t quantile with Satterthwaite degrees of freedom ν, each widened — never narrowed —
     to the quantile of a bootstrap-t over items (``n_boot`` resamples of whole item columns, studentized by the
-    resample's own crossed SE) where that has the longer tail. Skewed item effects (a few queries with large gains,
-    most with none) make the studentized mean skewed; the symmetric t then misses on one side.
+    resample's own crossed SE; the larger of its equal-tailed quantile on that side and its symmetric one, Hall
+    1988, Ann. Statist. 16, 927–953) where that has the longer tail. Skewed item effects (a few queries with large
+    gains, most with none) make the studentized mean skewed; the symmetric t then misses on one side.
 
     ``center`` replaces the grand mean as the estimate (used for jackknife pseudo-values, whose mean is the
     bias-corrected statistic). One seed: item noise only; one item: seed noise only (the method says so).

@@ -37,6 +37,7 @@ from st_magnitude._trust.write import write_json_atomic
 from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
 from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed
+from st_magnitude.replication.items import write_items
 from st_magnitude.replication.resume import find_resumable
 
 logger = logging.getLogger(__name__)
@@ -304,6 +305,7 @@ def run_claim(
         check_replace(Path(results) / f"{name}.json", seeds, force)  # a run beside this one may have written since
         record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
+        write_items(record, Path(results) / f"{name}.json")
     return record
 
 
@@ -365,9 +367,11 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     decide_again(record)
     record["redecided_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(path, record, indent=1)
-    record["full_result"] = str(path)
+    if has_items(record):  # a summary judged again keeps naming the full result it came from
+        record["full_result"] = str(path)
     if results is not None:
         name = run_name(record["claim"], record["profile"], record.get("tag"))
         record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
+        write_items(record, Path(results) / f"{name}.json")
     return record
