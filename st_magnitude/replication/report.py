@@ -316,8 +316,9 @@ def _summary_row(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str,
 
 
 def _can(c, profile: str, rec: dict[str, Any] | None) -> str:
-    """The claim's one line on what a run of this profile can establish (the record's, else the claim's)."""
-    text = (rec or {}).get("can_establish") or getattr(c, "can_establish", {}).get(profile, "")
+    """The claim's one line on what a run of this profile can establish (the claim's current text, else the
+    record's)."""
+    text = getattr(c, "can_establish", {}).get(profile, "") or (rec or {}).get("can_establish")
     return _cell(text) if text else "—"
 
 

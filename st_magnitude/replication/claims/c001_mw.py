@@ -234,8 +234,10 @@ CLAIM = Claim(
         ],
     },
     can_establish={
-        "cpu": "whether MW raises pooled AUC over InfoNCE at on-par nDCG@10 for a small encoder trained to its dev "
-        "optimum with hard negatives, on one in-domain and one zero-shot set; not the paper's multilingual or "
+        "cpu": "whether MW changes pooled AUC against InfoNCE at on-par nDCG@10 in the first ~100 steps of a small "
+        "encoder's training (the dev optimum at this budget: step 75 in every seed and arm, 15 steps after warm-up; "
+        "InfoNCE's dev score then falls below its step-0 value), on one in-domain and one zero-shot set; not the "
+        "trained regime the paper reports (1-5K steps: the gpu profile), nor its multilingual or "
         "foundation-checkpoint results",
         "gpu": "the same with a larger step budget and 128 tokens; other bases only with --model",
     },
