@@ -17,16 +17,21 @@ from typing import Any
 from st_magnitude._trust.errors import InputFileError
 from st_magnitude._trust.gzip_json import read_json_gz, write_json_gz_atomic
 
-__all__ = ["FORMAT", "items_path", "recompute", "read_items", "split_items", "with_items", "write_items"]
+__all__ = [
+    "FORMAT",
+    "PER_ITEM_KEYS",
+    "items_path",
+    "recompute",
+    "read_items",
+    "split_items",
+    "with_items",
+    "write_items",
+]
 
 FORMAT = "st-magnitude per-item values 1"
 SUFFIX = ".items.json.gz"
-
-
-def _bulky_keys() -> tuple[str, ...]:
-    from st_magnitude.replication.runner import _BULKY
-
-    return _BULKY
+#: the keys of a record that hold per-item arrays: dropped from the summary, kept in this file
+PER_ITEM_KEYS = ("per_query", "auc_pools", "predictions", "labels", "history")
 
 
 def items_path(summary_path: str | os.PathLike) -> Path:
@@ -52,7 +57,7 @@ def _only_bulky(obj: Any, keys: tuple[str, ...]) -> Any:
 
 def split_items(record: dict[str, Any]) -> list[dict[str, Any]]:
     """Per seed: ``{"seed": n, ...}`` with only the per-item arrays of that seed's record, at their paths."""
-    keys = _bulky_keys()
+    keys = PER_ITEM_KEYS
     return [{"seed": s["seed"], **(_only_bulky(s, keys) or {})} for s in record.get("seeds", [])]
 
 

@@ -14,7 +14,6 @@ from st_magnitude.replication.claim import PROFILES
 from st_magnitude.replication.claims import list_claims
 from st_magnitude.replication.forest import judged_comparisons, write_forest
 from st_magnitude.replication.items import items_path
-from st_magnitude.replication.runner import run_name
 
 __all__ = ["COVERAGE_FILE", "FOREST_PATH", "NOT_RUN_FILE", "recorded_costs", "render_report", "write_report"]
 
@@ -107,7 +106,7 @@ def _note_items(results: dict, results_dir: Path) -> None:
     for runs in results.values():
         for rec in runs:
             if rec is not None:
-                name = run_name(rec["claim"], rec["profile"], rec.get("tag"))
+                name = "-".join(x for x in (rec["claim"], rec["profile"], rec.get("tag")) if x)  # the summary's
                 path = items_path(results_dir / f"{name}.json")
                 if path.is_file():
                     rec["_items_file"] = path.name

@@ -37,15 +37,15 @@ from st_magnitude._trust.write import write_json_atomic
 from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
 from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed
-from st_magnitude.replication.items import write_items
+from st_magnitude.replication.items import PER_ITEM_KEYS, write_items
 from st_magnitude.replication.resume import find_resumable
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Meter", "machine_info", "redecide", "run_claim", "slim"]
 
-#: keys holding per-item arrays, dropped from the small summary file
-_BULKY = ("per_query", "auc_pools", "predictions", "labels", "history")
+#: keys holding per-item arrays, dropped from the small summary file (kept in its per-item values file)
+_BULKY = PER_ITEM_KEYS
 
 
 def machine_info(device: str) -> dict[str, Any]:
