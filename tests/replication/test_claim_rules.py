@@ -243,7 +243,7 @@ def test_l2dir_worse_than_the_nap_control_does_not_reproduce():
 def test_infotn_a_little_worse_than_infonce_is_no_collapse():
     """The audit's case: InfoTN keeps most of InfoNCE's gain over the base. Threshold 0 called that 'reproduces'
     (InfoTN is worse); a collapse needs more than half the gain lost, so the collapse is contradicted."""
-    out = decide("002", l2dir_seeds(infotn=0.38, l2dir=0.4, trained=0.2))
+    out = decide("002", l2dir_seeds(infotn=0.93, l2dir=0.95, trained=0.75))
     assert verdicts(out)["the collapse"] == "contradicts"
     part = out["statements"][0]["parts"][0]
     gain = out["comparisons"]["infonce-base/recall@1/scifact"]["diff"]
