@@ -112,6 +112,14 @@ def _note_items(results: dict, results_dir: Path) -> None:
                     rec["_items_file"] = path.name
 
 
+def _changed_settings(c, profile: str, rec: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(setting, current value, the run's)`` for each recorded setting the claim's profile has changed since."""
+    if rec.get("tag") or profile not in c.profiles:
+        return []
+    now = c.settings(profile)
+    return [(k, now[k], v) for k, v in rec.get("settings", {}).items() if k in now and now[k] != v]
+
+
 def _items_file(rec: dict[str, Any]) -> str | None:
     return rec.get("_items_file")
 
@@ -357,6 +365,13 @@ def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str
         lines.append(
             "- decided by the rule above, revised after this run was made; the run was made under: "
             + rec["verdict_rule_when_run"]
+        )
+    changed = _changed_settings(c, profile, rec)
+    if changed:
+        lines.append(
+            "- **the protocol has changed since this run** ("
+            + "; ".join(f"{k}: now {now}, this run {was}" for k, now, was in changed)
+            + "): the differences above are the current protocol's; the run needs repeating"
         )
     if rec["decision"].get("judged_from"):
         lines.append(f"- judged again on {rec.get('redecided_utc')} from {rec['decision']['judged_from']}")
