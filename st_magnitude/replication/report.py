@@ -282,8 +282,8 @@ def _method(coverage: Path) -> list[str]:
         "shares of Var(mean) from seeds / items / seed × item; seed and interaction effects normal, Student-t for "
         f"the heavy-tailed rows). Produced by `{cov['command']}` ({cov['cpu_seconds']:.0f} CPU-s on "
         f"{cov['machine']}); `tests/evaluation/test_interval_coverage.py` asserts ≥ 0.93 at a reduced size in every "
-        "cell it runs but one: zero-inflated item effects at 10 seeds × 100 items sit at the target's edge and are held "
-        f"to 0.92 there. Worst cell after: {worst:.3f}.",
+        "cell it runs but one: zero-inflated item effects at 10 seeds × 100 items sit at the target's edge and are "
+        f"held to 0.92 there. Worst cell after: {worst:.3f}.",
         "",
         "| item effects | regime (shares) | items | " + " | ".join(f"{k} seeds: before → after" for k in seeds) + " |",
         "| --- | --- | --- | " + " | ".join("---" for _ in seeds) + " |",
