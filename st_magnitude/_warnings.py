@@ -22,3 +22,13 @@ class ZeroRetrieverGradientWarning(UserWarning):
 
 class NormBoundWarning(UserWarning):
     """A document's norm exceeds the bound M of a nearest-neighbour export, so its cosine / L2 rank is not exact."""
+
+
+class StoreMetricWarning(UserWarning):
+    """An adapter is told a store metric that the stack's default store does not score with (LlamaIndex's
+    ``SimpleVectorStore`` scores with cosine only), so the ranking is exact only in a store configured for it."""
+
+
+class UninformativeCalibrationWarning(UserWarning):
+    """A calibration report whose numbers say nothing: constant scores (the map is one probability, ECE is 0 by
+    construction) or evaluation queries that are the fitting queries (an in-sample ECE)."""

@@ -58,9 +58,12 @@ PUBLIC = {
 
 
 def exported() -> dict[str, list[str]]:
-    """``{package: sorted __all__}`` for every package of st_magnitude that exports something."""
+    """``{package: sorted __all__}`` for every public package of st_magnitude that exports something (a package
+    whose name starts with ``_``, such as the trust boundary ``_trust``, is internal)."""
     out = {}
     for init in sorted(ROOT.rglob("__init__.py")):
+        if any(part.startswith("_") for part in init.parent.relative_to(ROOT).parts):
+            continue
         package = ".".join(("st_magnitude", *init.parent.relative_to(ROOT).parts))
         names = importlib.import_module(package).__dict__.get("__all__", [])
         if names:

@@ -24,7 +24,6 @@ PENDING = {
     "st_magnitude/cli/replicate.py",
     "st_magnitude/cli/scaling.py",
     "st_magnitude/convert.py",
-    "st_magnitude/evaluation/calibration.py",
     "st_magnitude/experiments/compare.py",
     "st_magnitude/experiments/lock.py",
     "st_magnitude/experiments/seeds.py",

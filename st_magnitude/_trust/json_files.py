@@ -164,7 +164,7 @@ class Fields:
             names = " or ".join(_type_name(k) for k in kinds)
             raise self.error(key, f"must be {names}, got {_kind(value)} {_short(value)}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
+            if not _finite(value):
                 raise self.error(key, f"must be a finite number, got {value!r}")
             if lo is not None and (value < lo or (lo_open and value == lo)):
                 raise self.error(key, f"must be {'>' if lo_open else '≥'} {lo}, got {value!r}")
@@ -203,6 +203,14 @@ class Fields:
         for key in self.obj:
             if key not in keys:
                 raise self.error(key, f"is not a key this file may have (allowed: {sorted(keys)})")
+
+
+def _finite(value: float) -> bool:
+    """``math.isfinite``, false for an integer beyond float64's range (JSON allows ``1e400`` as ``10**400``)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _is_kind(value: object, kinds: tuple[type, ...]) -> bool:

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from st_magnitude.evaluation.calibration import (
         calibration_pools,
         calibration_report,
+        check_held_out,
         describe_calibration,
         fit_calibration,
     )
@@ -80,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     for split in (args.split, args.eval_split):
         data = load_beir(args.data[0], split, on_missing=args.on_missing)
         splits[split] = subsample(data, args.max_corpus, args.max_queries, args.seed)
+    judged = {split: {q: d.queries[q] for q in d.qrels if q in d.queries} for split, d in splits.items()}
+    check_held_out(judged[args.split], judged[args.eval_split])
     model = load_model(
         args.model, device=args.device, max_seq_length=args.max_seq_length, trust_remote_code=args.trust_remote_code
     )

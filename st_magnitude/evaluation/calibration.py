@@ -21,9 +21,10 @@ reads the raw score itself as a probability (clipped to [0, 1]), what a user thr
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from st_magnitude._trust import Fields, read_json, write_json_atomic
+from st_magnitude._warnings import UninformativeCalibrationWarning
 from st_magnitude.evaluation._retrieval import (
     AUCPools,
     encode_roles,
@@ -52,6 +55,7 @@ __all__ = [
     "calibrated_similarity",
     "calibration_pools",
     "calibration_report",
+    "check_held_out",
     "describe_calibration",
     "expected_calibration_error",
     "fit_calibration",
@@ -60,6 +64,8 @@ __all__ = [
 #: File, inside a model folder, that holds the fitted map.
 CALIBRATION_FILENAME = "score_calibration.json"
 CALIBRATION_METHODS = ("isotonic", "platt")
+#: |a·score + b| beyond which σ is 0 or 1 in float64 (exp(709) is the largest finite exponential)
+_SIGMOID_EDGE = 709.0
 
 
 def _labelled(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -94,6 +100,60 @@ def expected_calibration_error(probs: Any, labels: Any, n_bins: int = 15) -> flo
     return float(total)
 
 
+#: keys of ``score_calibration.json`` (what :meth:`ScoreCalibration.to_dict` writes)
+_KEYS = ("method", "x", "y", "a", "b", "meta")
+#: bound on the isotonic thresholds: differences of two of them stay finite in float64
+_X_BOUND = 1e300
+
+
+def _number(v: Any) -> bool:
+    """A finite JSON number (not a boolean; an integer beyond float64's range is not finite)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _map_problem(method: str, x: Sequence[Any], y: Sequence[Any], a: Any, b: Any) -> tuple[str, str] | None:
+    """``(key, problem)`` when the fields do not make a monotone map into [0, 1] that evaluates without overflow;
+    ``None`` when they do. One check for maps built in code and maps read from a file."""
+    if method not in CALIBRATION_METHODS:
+        return "method", f"must be one of {list(CALIBRATION_METHODS)}, got {method!r}"
+    for key, value in (("a", a), ("b", b)):
+        if not _number(value):
+            return key, f"must be a finite number, got {value!r}"
+    if method == "platt":
+        if len(x) or len(y):
+            return ("x" if len(x) else "y"), "must be empty for a Platt map (sigma(a * score + b))"
+        if a < 0:
+            return "a", f"must be >= 0 (a < 0 maps higher scores to lower probabilities), got {a!r}"
+        return None
+    if len(x) == 0 or len(x) != len(y):
+        return "x", f"an isotonic map needs thresholds x and y of one non-zero length, got {len(x)} and {len(y)}"
+    for i, v in enumerate(x):
+        if not (_number(v) and abs(v) <= _X_BOUND):
+            return "x", f"item {i} must be a finite number within ±{_X_BOUND:g}, got {v!r}"
+    for i, v in enumerate(y):
+        if not (_number(v) and 0.0 <= v <= 1.0):
+            return "y", f"item {i} must be a probability in [0, 1], got {v!r}"
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    dx, dy = np.diff(xs), np.diff(ys)
+    if np.any(dx <= 0):
+        i = int(np.flatnonzero(dx <= 0)[0])
+        return "x", f"thresholds must increase strictly, but item {i + 1} ({x[i + 1]!r}) follows {x[i]!r}"
+    if np.any(dy < 0):
+        i = int(np.flatnonzero(dy < 0)[0])
+        return "y", f"must not decrease (a monotone map), but item {i + 1} ({y[i + 1]!r}) follows {y[i]!r}"
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        slopes = dy / dx
+    if not np.all(np.isfinite(slopes)):
+        i = int(np.flatnonzero(~np.isfinite(slopes))[0])
+        return "x", f"items {i} and {i + 1} ({x[i]!r}, {x[i + 1]!r}) are too close: the map's slope overflows"
+    return None
+
+
 @dataclass
 class ScoreCalibration:
     """A fitted monotone map ``score → P(relevant)``.
@@ -101,6 +161,9 @@ class ScoreCalibration:
     ``method="isotonic"``: piecewise-linear through ``(x, y)`` (scikit-learn's ``IsotonicRegression`` thresholds,
     clipped outside their range, exactly what its ``predict`` computes); ``method="platt"``: ``σ(a·score + b)``.
     ``meta`` records what it was fitted on (data, split, pools, the model's similarity).
+
+    Built in code or read from a file, the fields must make a monotone map into [0, 1]: thresholds finite (within
+    ±1e300) and strictly increasing, probabilities in [0, 1] and non-decreasing, Platt's ``a ≥ 0`` and ``b`` finite.
     """
 
     method: str
@@ -111,10 +174,9 @@ class ScoreCalibration:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.method not in CALIBRATION_METHODS:
-            raise ValueError(f"method must be one of {list(CALIBRATION_METHODS)}, got {self.method!r}")
-        if self.method == "isotonic" and (len(self.x) == 0 or len(self.x) != len(self.y)):
-            raise ValueError("an isotonic calibration needs thresholds x and y of one non-zero length")
+        problem = _map_problem(self.method, self.x, self.y, self.a, self.b)
+        if problem is not None:
+            raise ValueError(f"{problem[0]}: {problem[1]}")
 
     def __call__(self, scores: Any) -> Any:
         """Probabilities for ``scores`` (a tensor gives a float32 tensor on its device, anything else numpy)."""
@@ -123,27 +185,30 @@ class ScoreCalibration:
             return torch.as_tensor(out, dtype=torch.float32, device=scores.device)
         s = np.asarray(scores, dtype=np.float64)
         if self.method == "isotonic":
-            return np.interp(s, self.x, self.y)
-        return 1.0 / (1.0 + np.exp(-(self.a * s + self.b)))
+            return np.clip(np.interp(s, self.x, self.y), 0.0, 1.0)
+        with np.errstate(over="ignore"):
+            z = np.clip(self.a * s + self.b, -_SIGMOID_EDGE, _SIGMOID_EDGE)  # beyond: 0 or 1 in float64
+        return 1.0 / (1.0 + np.exp(-z))
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "x": self.x, "y": self.y, "a": self.a, "b": self.b, "meta": self.meta}
 
     def save(self, folder: str | os.PathLike) -> Path:
-        """Write ``folder/score_calibration.json`` (a model folder: the map travels with the model)."""
+        """Write ``folder/score_calibration.json`` (a model folder: the map travels with the model) through a
+        temporary file and one rename: a failed write (a full disk) leaves the previous file, or none, and no
+        temporary file."""
         path = Path(folder) / CALIBRATION_FILENAME
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_atomic(path, self.to_dict(), indent=1)
         return path
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> ScoreCalibration:
-        """Read the map saved by :meth:`save` (``folder`` may also name the JSON file itself).
+        """Read the map saved by :meth:`save` (``folder`` may also name the JSON file itself), through the trust
+        boundary: every key is checked (types, ranges, a monotone map into [0, 1]).
 
         Raises:
             FileNotFoundError: no ``score_calibration.json`` (run ``st-magnitude calibrate`` first).
+            InputFileError: the file is not a valid map (the message names the file and the key).
         """
         path = Path(folder)
         path = path if path.suffix == ".json" else path / CALIBRATION_FILENAME
@@ -151,10 +216,18 @@ class ScoreCalibration:
             raise FileNotFoundError(
                 f"no score calibration at {path}: fit one with `st-magnitude calibrate MODEL --data BEIR_DIR`"
             )
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        return cls(
-            raw["method"], raw.get("x", []), raw.get("y", []), raw.get("a", 0.0), raw.get("b", 0.0), raw["meta"]
-        )
+        fields = Fields(read_json(path), path)
+        fields.refuse_unknown(_KEYS)
+        method = fields.get("method", str, choices=CALIBRATION_METHODS)
+        platt = method == "platt"
+        x, y = (fields.get(k, list, []) if platt else fields.get(k, list) for k in ("x", "y"))
+        a, b = (fields.get(k, float) if platt else fields.get(k, float, 0.0) for k in ("a", "b"))
+        meta = fields.get("meta", dict, {})
+        Fields(meta, path, prefix="meta.").get("similarity_fn_name", (str, type(None)), None)
+        problem = _map_problem(method, x, y, a, b)
+        if problem is not None:
+            raise fields.error(*problem)
+        return cls(method, x, y, a, b, meta)
 
 
 def fit_calibration(
@@ -185,7 +258,13 @@ def fit_calibration(
     from sklearn.linear_model import LogisticRegression
 
     lr = LogisticRegression(C=1e6, max_iter=1000).fit(s.reshape(-1, 1), y)  # almost unregularised (Platt 1999)
-    return ScoreCalibration("platt", a=float(lr.coef_[0, 0]), b=float(lr.intercept_[0]), meta=meta)
+    a = float(lr.coef_[0, 0])
+    if a < 0:
+        raise ValueError(
+            f"Platt scaling fitted a decreasing map (a = {a:.4g}): on these pools higher scores mean less relevant "
+            "(pooled AUC below 0.5), so no monotone map calibrates them; check the model and the data"
+        )
+    return ScoreCalibration("platt", a=a, b=float(lr.intercept_[0]), meta=meta)
 
 
 def calibration_pools(
@@ -214,10 +293,28 @@ def calibration_pools(
 
 def calibration_report(calibration: ScoreCalibration, pools: AUCPools, n_bins: int = 15) -> dict[str, float]:
     """ECE and Brier of the raw score read as a probability (clipped to [0, 1]) and of the calibrated one, with the
-    pooled AUC and the mean per-query AUC of the same pools (a monotone map leaves the ranking as it is)."""
+    pooled AUC and the mean per-query AUC of the same pools (a monotone map leaves the ranking as it is).
+
+    Warns (:class:`~st_magnitude._warnings.UninformativeCalibrationWarning`) when the calibrated probability is one
+    value for every pair (constant scores, or a map flat over them): ECE then only compares that value with the
+    base rate — on the fitting split it is 0 by construction — and says nothing about calibration.
+    """
     s = np.r_[pools.positives, pools.negatives]
     y = np.r_[np.ones(len(pools.positives)), np.zeros(len(pools.negatives))]
     raw, calibrated = np.clip(s, 0.0, 1.0), np.clip(calibration(s), 0.0, 1.0)
+    if s.size and np.ptp(calibrated) == 0:
+        why = (
+            f"all {s.size} pooled scores are equal ({s[0]:.6g}): the model scores every pair alike"
+            if np.ptp(s) == 0
+            else "the map is flat over these scores"
+        )
+        warnings.warn(
+            f"the calibrated probability is {calibrated[0]:.4f} for every pair ({why}). ECE then only compares that "
+            "one value with the base rate (0 on the split the map was fitted on, by construction) and says nothing "
+            "about how well scores are calibrated; check the model and the data",
+            UninformativeCalibrationWarning,
+            stacklevel=2,
+        )
     return {
         "pooled_auc": pooled_auc_score(pools.positives, pools.negatives),
         "per_query_auc": per_query_auc(pools),
@@ -229,6 +326,23 @@ def calibration_report(calibration: ScoreCalibration, pools: AUCPools, n_bins: i
         "negatives": int(len(pools.negatives)),
         "base_rate": float(y.mean()),
     }
+
+
+def check_held_out(fit_queries: Mapping[str, str], eval_queries: Mapping[str, str]) -> int:
+    """How many evaluation queries (by text) are also fitting queries; warns
+    (:class:`~st_magnitude._warnings.UninformativeCalibrationWarning`) when any is, since ECE on them is measured on
+    the data the map was fitted to (identical splits give a perfect-looking in-sample ECE)."""
+    fitted = set(fit_queries.values())
+    shared = sum(text in fitted for text in eval_queries.values())
+    if shared:
+        warnings.warn(
+            f"{shared} of the {len(eval_queries)} held-out queries are also queries the map was fitted on (same "
+            "text): their ECE and Brier are in-sample and say nothing about calibration on new queries. Report on "
+            "a split with different queries",
+            UninformativeCalibrationWarning,
+            stacklevel=2,
+        )
+    return shared
 
 
 def calibrated_similarity(

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -59,11 +60,17 @@ __all__ = [
     "Interval",
     "VERDICTS",
     "VarianceComponents",
+    "bounds_of",
     "combine_verdicts",
     "compare_arms",
     "crossed_interval",
     "crossed_intervals",
+    "holm",
     "jackknife_pseudo_values",
+    "judge",
+    "one_sided_bounds",
+    "resample_counts",
+    "statement",
     "paired_bootstrap",
     "paired_bootstrap_fn",
     "seed_interval",
@@ -76,6 +83,13 @@ VERDICTS = ("reproduces", "contradicts", "inconclusive")
 #: the degrees of freedom use each positive mean square's one-sided upper confidence bound at this level (see
 #: :func:`crossed_interval`)
 DF_UPPER_BOUND = 0.9
+#: resamples of items of the bootstrap-t that widens the interval on the side where the studentized mean has the
+#: longer tail (skewed item effects; :func:`crossed_interval`); its random stream is fixed, so intervals recompute
+T_BOOT = 1999
+T_BOOT_SEED = 0
+#: one-sided levels kept with every comparison (0.025 / j, j = 1 … :data:`HOLM_MAX_PARTS`): the bounds Holm's
+#: step-down needs over up to that many judged parts (:func:`holm`)
+HOLM_MAX_PARTS = 10
 
 
 @dataclass(frozen=True)
@@ -256,18 +270,80 @@ def _components(d: np.ndarray) -> dict[str, np.ndarray]:
     return {"seed": seed, "item": item, "residual": ms_e, "se": np.sqrt(var_mean), "df": df}
 
 
-def crossed_intervals(diffs: np.ndarray, *, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`crossed_interval` vectorised over leading axes: ``diffs[..., seeds, items]`` → ``(mean, low, high)``
-    arrays (for simulations; every matrix must be finite)."""
+def resample_counts(n_items: int, n_boot: int = T_BOOT, seed: int = T_BOOT_SEED) -> np.ndarray:
+    """``n_boot × n_items`` counts of each item in a resample of the items with replacement (a fixed stream)."""
+    if n_boot < 10:
+        raise ValueError(f"n_boot must be >= 10, got {n_boot}")
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=n_boot).astype(np.float64)
+
+
+def _bootstrap_t(d: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Studentized means ``(mean* − mean) / SE*`` of ``d[..., seeds, items]`` resampled over items (whole columns:
+    every seed keeps its values of a drawn item) by ``counts`` (``B × n``); SE* is the crossed SE of the resample
+    (:func:`_components`, computed from column sums). Shape ``[..., B]``; NaN where a resample has no variation."""
+    k, n = d.shape[-2:]
+    kn = k * n
+    d = d - d.mean(axis=(-2, -1), keepdims=True)
+    col, sq = d.sum(axis=-2), (d**2).sum(axis=-2)
+    g = col @ counts.T / kn
+    ss_tot = sq @ counts.T - kn * g**2
+    if k == 1:
+        var = np.maximum(0.0, ss_tot) / (kn - 1)
+    else:
+        rows = np.einsum("...kn,bn->...bk", d, counts) / n
+        ss_s = n * ((rows - g[..., None]) ** 2).sum(axis=-1)
+        ss_q = (col**2 / k) @ counts.T - kn * g**2
+        ms_s, ms_q = ss_s / (k - 1), ss_q / (n - 1)
+        ms_e = (ss_tot - ss_s - ss_q) / ((k - 1) * (n - 1))
+        c_s, c_q = (ms_s > ms_e).astype(np.float64), (ms_q > ms_e).astype(np.float64)
+        var = np.maximum(0.0, c_s * ms_s + c_q * ms_q + (1.0 - c_s - c_q) * ms_e)
+    se = np.sqrt(var / kn)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(se > 1e-12 * (np.abs(g) + 1.0), g / se, np.nan)
+
+
+def _multipliers(d: np.ndarray, df: np.ndarray, alphas: Sequence[float], n_boot: int, seed: int) -> tuple:
+    """Per one-sided level ``a`` in ``alphas``: the multipliers of SE below and above the mean — ``t_ν(1 − a)``,
+    widened (never narrowed) to the bootstrap-t quantile of that side (equal-tailed) or of ``|T*|`` (symmetric),
+    whichever is larger, where the studentized mean over resampled items has a longer tail than t."""
     from scipy import stats
 
+    k, n = d.shape[-2:]
+    t = [stats.t.ppf(1 - a, df) for a in alphas]
+    if n < 3:  # one or two items: nothing to resample
+        return t, t
+    counts = resample_counts(n, n_boot, seed)
+    flat = d.reshape(-1, k, n)  # in chunks: the resampled row means are chunk × B × k
+    tstar = np.concatenate([_bootstrap_t(flat[i : i + 64], counts) for i in range(0, len(flat), 64)])
+    tstar = tstar.reshape(*d.shape[:-2], counts.shape[0])
+    below, above = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN resample set (no variation): plain t
+        for a, ta in zip(alphas, t):
+            lo, hi = np.nanquantile(tstar, [a, 1 - a], axis=-1)
+            sym = np.nanquantile(np.abs(tstar), 1 - 2 * a, axis=-1)  # the symmetric bootstrap-t (Hall 1988)
+            # the interval for the mean is [m − q(1−a)·SE, m − q(a)·SE]: the upper quantile sets the lower end
+            below.append(np.fmax(np.fmax(ta, hi), sym))
+            above.append(np.fmax(np.fmax(ta, -lo), sym))
+    return below, above
+
+
+def crossed_intervals(
+    diffs: np.ndarray, *, confidence: float = 0.95, n_boot: int = T_BOOT, seed: int = T_BOOT_SEED
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`crossed_interval` vectorised over leading axes: ``diffs[..., seeds, items]`` → ``(mean, low, high)``
+    arrays (for simulations; every matrix must be finite; every matrix uses the same item resamples)."""
     confidence = _check_confidence(confidence)
     d = _check_diffs(diffs)
     c = _components(d)
     mean = d.mean(axis=(-2, -1))
+    (below,), (above,) = _multipliers(d, c["df"], [(1 - confidence) / 2], n_boot, seed)
+    se = c["se"]
     with np.errstate(invalid="ignore"):
-        half = np.where(c["se"] > 0, stats.t.ppf(0.5 + confidence / 2, c["df"]) * c["se"], 0.0)
-    return mean, mean - half, mean + half
+        lo = np.where(se > 0, mean - below * se, mean)
+        hi = np.where(se > 0, mean + above * se, mean)
+    return mean, lo, hi
 
 
 def variance_components(diffs: np.ndarray) -> VarianceComponents:
@@ -282,29 +358,60 @@ def variance_components(diffs: np.ndarray) -> VarianceComponents:
     return VarianceComponents(c["seed"], c["item"], c["residual"], k, n, c["se"], c["df"], covers)
 
 
-def crossed_interval(diffs: np.ndarray, *, confidence: float = 0.95, center: float | None = None) -> Interval:
-    """``mean ± t_ν · SE`` for a ``seeds × items`` matrix of paired differences, SE from the seed, item and
+def crossed_interval(
+    diffs: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    center: float | None = None,
+    n_boot: int = T_BOOT,
+    seed: int = T_BOOT_SEED,
+) -> Interval:
+    """``mean − a·SE … mean + b·SE`` for a ``seeds × items`` matrix of paired differences: SE from the seed, item and
     seed × item variance components (see the module docstring; they are :func:`variance_components` of the same
-    matrix), ν the Satterthwaite degrees of freedom.
+    matrix), ``a`` and ``b`` the t quantile with Satterthwaite degrees of freedom ν, each widened — never narrowed —
+    to the quantile of a bootstrap-t over items (``n_boot`` resamples of whole item columns, studentized by the
+    resample's own crossed SE; the larger of its equal-tailed quantile on that side and its symmetric one, Hall
+    1988, Ann. Statist. 16, 927–953) where that has the longer tail. Skewed item effects (a few queries with large
+    gains, most with none) make the studentized mean skewed; the symmetric t then misses on one side.
 
     ``center`` replaces the grand mean as the estimate (used for jackknife pseudo-values, whose mean is the
     bias-corrected statistic). One seed: item noise only; one item: seed noise only (the method says so).
     """
-    from scipy import stats
+    return one_sided_bounds(diffs, confidence=confidence, center=center, n_boot=n_boot, seed=seed)[0]
 
+
+def one_sided_bounds(
+    diffs: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    center: float | None = None,
+    n_boot: int = T_BOOT,
+    seed: int = T_BOOT_SEED,
+    holm_parts: int = 0,
+) -> tuple[Interval, list[dict[str, float]]]:
+    """:func:`crossed_interval` and, for ``j = 1 … holm_parts``, the interval's ends at the one-sided level
+    ``(1 − confidence) / 2 / j`` (``[{"alpha", "low", "high"}, ...]``: what :func:`holm` reads)."""
     confidence = _check_confidence(confidence)
     vc = variance_components(diffs)
-    m = float(np.mean(diffs)) if center is None else float(center)
+    d = np.asarray(diffs, dtype=np.float64)
+    m = float(np.mean(d)) if center is None else float(center)
+    alpha = (1 - confidence) / 2
+    alphas = [alpha / j for j in range(1, max(1, holm_parts) + 1)]
     if vc.se == 0:
-        return Interval(m, m, m, confidence, f"no variation in the paired differences ({vc.covers})")
-    half = float(stats.t.ppf(0.5 + confidence / 2, vc.df)) * vc.se
+        how = f"no variation in the paired differences ({vc.covers})"
+        return Interval(m, m, m, confidence, how), [{"alpha": a, "low": m, "high": m} for a in alphas[:holm_parts]]
+    below, above = _multipliers(d, np.asarray(vc.df), alphas, n_boot, seed)
+    ends = [(m - float(b) * vc.se, m + float(a) * vc.se) for b, a in zip(below, above)]
     if vc.n_seeds == 1:
         how = f"t over {vc.n_items} items, df {vc.df:.0f} (1 seed: item noise only, seed noise not covered)"
     elif vc.n_items == 1:
         how = f"t over {vc.n_seeds} seeds, df {vc.df:.0f} (1 item: seed noise only, item noise not covered)"
     else:
         how = f"t (Satterthwaite df {vc.df:.1f}) on seed + item + seed×item variance"
-    return Interval(m, m - half, m + half, confidence, how)
+    if vc.n_items >= 3:
+        how += f", each end widened to a bootstrap-t over items ({n_boot} resamples) where its tail is longer"
+    bounds = [{"alpha": a, "low": lo, "high": hi} for a, (lo, hi) in zip(alphas, ends)][:holm_parts]
+    return Interval(m, ends[0][0], ends[0][1], confidence, how), bounds
 
 
 def jackknife_pseudo_values(stat: Callable[[np.ndarray], float], n_items: int) -> np.ndarray:
@@ -340,6 +447,8 @@ class ArmComparison:
     ci: Interval
     n_seeds: int
     components: VarianceComponents | None = None
+    #: the interval's ends at one-sided levels 0.025/j (:func:`one_sided_bounds`), for :func:`holm`
+    bounds: tuple[dict[str, float], ...] = ()
 
     @property
     def diff(self) -> float:
@@ -372,6 +481,7 @@ class ArmComparison:
             "significant": self.significant,
             "n_seeds": self.n_seeds,
             "components": None if self.components is None else self.components.to_dict(),
+            "one_sided_bounds": [dict(b) for b in self.bounds],
             "describe": self.describe(),
         }
 
@@ -456,16 +566,21 @@ def compare_arms(
         logger.warning(
             "%s: %s − %s from 1 seed: the interval covers item noise only, not seed noise", metric, arm_a, arm_b
         )
-    ci = crossed_interval(matrix, confidence=confidence, center=float(np.mean(diffs)))
-    return ArmComparison(metric, arm_a, arm_b, mean_a, mean_b, diffs, per_seed_ci, across, boot, ci, len(diffs), vc)
+    ci, bounds = one_sided_bounds(
+        matrix, confidence=confidence, center=float(np.mean(diffs)), holm_parts=HOLM_MAX_PARTS
+    )
+    return ArmComparison(
+        metric, arm_a, arm_b, mean_a, mean_b, diffs, per_seed_ci, across, boot, ci, len(diffs), vc, tuple(bounds)
+    )
 
 
-def verdict(comparison: ArmComparison, *, expect: str = "greater", threshold: float = 0.0) -> dict:
+def verdict(comparison: ArmComparison | dict, *, expect: str = "greater", threshold: float = 0.0) -> dict:
     """The verdict on a claim about ``diff = a − b``, fixed before running.
 
     ``expect="greater"``: the claim is ``diff > threshold`` (``threshold=0``: a is better; a negative threshold
     is a non-inferiority margin, e.g. ``−0.02`` for "at least as good, within 0.02"; a positive one a minimum
-    effect size). ``expect="less"``: the claim is ``diff < threshold``.
+    effect size). ``expect="less"``: the claim is ``diff < threshold``. ``comparison``: an :class:`ArmComparison`
+    or its ``to_dict()`` (a stored result, re-judged without its per-item values).
 
     - ``reproduces``: the whole 95 % interval lies on the claimed side of ``threshold``;
     - ``contradicts``: the whole interval lies on the other side;
@@ -473,20 +588,21 @@ def verdict(comparison: ArmComparison, *, expect: str = "greater", threshold: fl
     """
     if expect not in ("greater", "less"):
         raise ValueError(f"expect must be 'greater' or 'less', got {expect!r}")
-    lo, hi = comparison.ci.low, comparison.ci.high
+    c = comparison.to_dict() if isinstance(comparison, ArmComparison) else comparison
+    lo, hi = c["ci"]["low"], c["ci"]["high"]
     if expect == "greater":
         ok, bad, sign = lo > threshold, hi < threshold, ">"
     else:
         ok, bad, sign = hi < threshold, lo > threshold, "<"
     label = "reproduces" if ok else "contradicts" if bad else "inconclusive"
-    claim = f"{comparison.metric}: {comparison.arm_a} − {comparison.arm_b} {sign} {threshold:+g}"
+    claim = f"{c['metric']}: {c['arm_a']} − {c['arm_b']} {sign} {threshold:+g}"
     return {
         "verdict": label,
         "claim": claim,
         "expect": expect,
         "threshold": float(threshold),
-        "reason": f"{comparison.describe()}; claim {claim} → {label}",
-        "comparison": comparison.to_dict(),
+        "reason": f"{c['describe']}; claim {claim} → {label}",
+        "comparison": c,
     }
 
 
@@ -505,3 +621,97 @@ def combine_verdicts(parts: Sequence[dict]) -> dict:
     else:
         label = "inconclusive"
     return {"verdict": label, "parts": list(parts)}
+
+
+def bounds_of(comparison: dict, alpha: float) -> tuple[float, float]:
+    """The ends of a comparison's (``ArmComparison.to_dict()``) interval at the one-sided level ``alpha``: the stored
+    :func:`one_sided_bounds`; for a result made before they were stored, from its symmetric t interval
+    (estimate ± t_ν(1 − alpha) · SE from the stored components — exactly how that interval was built)."""
+    from scipy import stats
+
+    for b in comparison.get("one_sided_bounds") or []:
+        if math.isclose(b["alpha"], alpha, rel_tol=1e-9):
+            return float(b["low"]), float(b["high"])
+    vc, ci = comparison.get("components"), comparison["ci"]
+    if vc and "bootstrap-t" not in ci["method"]:
+        est = float(ci["estimate"])
+        if vc["se"] == 0:
+            return est, est
+        half = float(stats.t.ppf(1 - alpha, vc["df"])) * vc["se"]
+        return est - half, est + half
+    what = f"{comparison.get('metric')}: {comparison.get('arm_a')} − {comparison.get('arm_b')}"
+    raise ValueError(
+        f"{what}: no interval at one-sided level {alpha:g} is stored (levels 0.025/j, j ≤ "
+        f"{HOLM_MAX_PARTS}); recompute it from the per-item values"
+    )
+
+
+def _wrong_side(part: dict, alpha: float) -> bool:
+    low, high = bounds_of(part["comparison"], alpha)
+    return high < part["threshold"] if part["expect"] == "greater" else low > part["threshold"]
+
+
+def holm(parts: Sequence[dict], *, alpha: float = 0.025) -> list[dict]:
+    """Holm's step-down (Holm 1979, Scand. J. Statist. 6, 65–70) over the "contradicts" side of the judged interval
+    parts (:func:`verdict` dicts): with ``r`` parts not yet rejected, every one whose interval at the one-sided level
+    ``alpha / r`` lies wholly on the wrong side of its threshold contradicts; repeat until none does. A part that
+    contradicts at ``alpha`` alone but not after the step-down becomes "inconclusive" (``verdict_unadjusted``
+    keeps its own). "Reproduces" is not adjusted: a statement reproduces only when every part does (an
+    intersection–union test, level ``alpha`` without correction). Parts without an interval are returned as they
+    are. Returns adjusted copies."""
+    out = [dict(p) for p in parts]
+    remaining = [i for i, p in enumerate(parts) if "comparison" in p]
+    m = len(remaining)
+    if m > HOLM_MAX_PARTS:
+        raise ValueError(f"holm supports up to {HOLM_MAX_PARTS} interval parts, got {m}")
+    rejected: set[int] = set()
+    while remaining:
+        hits = [i for i in remaining if _wrong_side(parts[i], alpha / len(remaining))]
+        if not hits:
+            break
+        rejected.update(hits)
+        remaining = [i for i in remaining if i not in hits]
+    for i, p in enumerate(parts):
+        if "comparison" not in p:
+            continue
+        out[i]["verdict_unadjusted"] = p.get("verdict_unadjusted", p["verdict"])
+        if out[i]["verdict_unadjusted"] == "contradicts" and i not in rejected:
+            out[i]["verdict"] = "inconclusive"
+            out[i]["holm"] = f"contradicts at one-sided {alpha:g} alone, not after Holm over {m} parts"
+    return out
+
+
+def statement(name: str, tests: str, parts: Sequence[dict], *, multiplicity: str | None = None) -> dict:
+    """One judged statement of a claim (e.g. "the paper's number", "its mechanism"): its parts after :func:`holm`,
+    combined by :func:`combine_verdicts`. ``tests``: what it tests, in words; ``multiplicity``: the rule's note on
+    multiple parts (default: Holm's, when there are several interval parts)."""
+    adjusted = holm(parts)
+    n = sum("comparison" in p for p in parts)
+    if multiplicity is None:
+        multiplicity = (
+            f"Holm over its {n} interval parts (a part contradicts only at one-sided 0.025/r); reproduces needs "
+            "every part at 0.025"
+            if n > 1
+            else "one interval part: no correction"
+            if n == 1
+            else "no interval part"
+        )
+    combined = combine_verdicts(adjusted) if adjusted else {"verdict": "inconclusive"}
+    return {
+        "name": name,
+        "tests": tests,
+        "verdict": combined["verdict"],
+        "parts": adjusted,
+        "multiplicity": multiplicity,
+    }
+
+
+def judge(statements: Sequence[dict]) -> dict:
+    """A claim's decision from its :func:`statement` s: each keeps its own verdict; ``verdict`` is theirs when
+    they agree, else ``"<name>: <verdict>; ..."``; ``parts`` lists every statement's parts (the page's tables)."""
+    if not statements:
+        raise ValueError("judge needs at least one statement")
+    labels = {st["verdict"] for st in statements}
+    overall = labels.pop() if len(labels) == 1 else "; ".join(f"{st['name']}: {st['verdict']}" for st in statements)
+    parts = [p for st in statements for p in st["parts"]]
+    return {"verdict": overall, "statements": list(statements), "parts": parts}

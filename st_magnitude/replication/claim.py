@@ -1,7 +1,8 @@
 """What a claim module declares: the paper's statement and number, a protocol per profile, the verdict rule (fixed
 before running, or marked as revised), the setting differences, and two functions — ``run_seed`` (train and evaluate
 every arm for one seed) and ``decide`` (turn all seeds into comparisons and a verdict with
-:mod:`st_magnitude.evaluation.stats`)."""
+:mod:`st_magnitude.evaluation.stats`). A verdict names what it tests: a claim may judge several statements (the
+paper's number, its mechanism), each with its own verdict."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ class Claim:
     dry_run: dict[str, Any] = field(default_factory=dict)
     #: what of the verdict rule was changed after a run was seen, when and why ("" for a rule fixed before running)
     revised: str = ""
+    #: decide's last step, ``judge(decision, settings) -> {"verdict", "statements", "parts"}``: the judged
+    #: statements from what the decision stores (comparisons with their intervals, fits), so a committed summary,
+    #: which holds no per-item values, can be judged again under a revised rule; None: the stored parts form one
+    #: statement (:func:`st_magnitude.replication.gates.judge_stored`)
+    judge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         for p in self.profiles:

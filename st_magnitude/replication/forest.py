@@ -39,17 +39,20 @@ def _walk(decision: dict[str, Any]):
 
 def judged_comparisons(label: str, record: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per judged interval of a finished result: ``{label, what, estimate, low, high, expect, threshold,
-    verdict}``. When the result's own verdict is none of the rule's (a gate failed: "not reached at this budget"),
-    every row carries that verdict instead of the part's."""
+    verdict}``. When a gate failed ("not reached at this budget"), every row carries that verdict instead of the
+    part's. A part two statements share (the paper's number is one λ of the mechanism) is drawn once."""
+    from st_magnitude.replication.gates import NOT_REACHED
+
     rows = []
     decision = record.get("decision", {})
-    gated = (
-        decision.get("verdict")
-        if decision.get("verdict") not in ("reproduces", "contradicts", "inconclusive")
-        else None
-    )
+    gated = NOT_REACHED if decision.get("gate_note") or decision.get("verdict") == NOT_REACHED else None
+    seen = set()
     for part in _walk(decision):
         c, rule = part["comparison"], _threshold(part)
+        key = (c["metric"], c["arm_a"], c["arm_b"], rule)
+        if key in seen:
+            continue
+        seen.add(key)
         rows.append(
             {
                 "label": label,

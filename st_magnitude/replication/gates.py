@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from st_magnitude.evaluation import stats
 from st_magnitude.evaluation.stats import ArmComparison
 
-__all__ = ["NOT_REACHED", "apply_gates", "beats_base", "converged"]
+__all__ = ["NOT_REACHED", "apply_gates", "beats_base", "converged", "judge_stored"]
 
 #: the verdict of a run whose gates failed: the budget did not reach the regime the claim is about
 NOT_REACHED = "not reached at this budget"
@@ -88,7 +89,18 @@ def apply_gates(decision: dict[str, Any], gates: Sequence[dict[str, Any]]) -> di
     if failed:
         decision["ungated_verdict"] = decision["verdict"]
         decision["verdict"] = NOT_REACHED
+        for st in decision.get("statements", []):
+            st["ungated_verdict"], st["verdict"] = st["verdict"], NOT_REACHED
         decision["gate_note"] = "gate failed, nothing judged: " + "; ".join(
             f"{g['gate']} ({g['reason']})" for g in failed
         )
     return decision
+
+
+def judge_stored(decision: dict[str, Any], name: str, tests: str) -> dict[str, Any]:
+    """One statement, ``name`` (testing ``tests``), from the judged parts a decision stores: the default
+    :attr:`~st_magnitude.replication.claim.Claim.judge` (Holm over its interval parts)."""
+    parts = [{k: v for k, v in p.items() if k not in ("holm",)} for p in decision.get("parts", [])]
+    for p in parts:  # judged again from each part's own verdict at 0.025, not from an earlier adjustment
+        p["verdict"] = p.pop("verdict_unadjusted", p["verdict"])
+    return stats.judge([stats.statement(name, tests, parts)])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude._trust.write import write_json_atomic
+from st_magnitude.replication.items import write_items
 from st_magnitude.replication.resume import run_differences
 from st_magnitude.replication.runner import (
     COST_KEYS,
@@ -104,6 +105,7 @@ def merge_runs(
     if results is not None:
         record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
+        write_items(record, Path(results) / f"{name}.json")
     return record
 
 

@@ -37,14 +37,15 @@ from st_magnitude._trust.write import write_json_atomic
 from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
 from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed
+from st_magnitude.replication.items import PER_ITEM_KEYS, write_items
 from st_magnitude.replication.resume import find_resumable
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Meter", "machine_info", "redecide", "run_claim", "slim"]
 
-#: keys holding per-item arrays, dropped from the small summary file
-_BULKY = ("per_query", "auc_pools", "predictions", "labels", "history")
+#: keys holding per-item arrays, dropped from the small summary file (kept in its per-item values file)
+_BULKY = PER_ITEM_KEYS
 
 
 def machine_info(device: str) -> dict[str, Any]:
@@ -304,20 +305,56 @@ def run_claim(
         check_replace(Path(results) / f"{name}.json", seeds, force)  # a run beside this one may have written since
         record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
+        write_items(record, Path(results) / f"{name}.json")
     return record
+
+
+def has_items(record: dict[str, Any]) -> bool:
+    """Whether ``record`` holds per-item values (a full result), not only a summary's aggregates."""
+    return slim(record.get("seeds", [])) != record.get("seeds", [])
 
 
 def decide_again(record: dict[str, Any]) -> None:
     """Decide ``record`` (its ``seeds`` and ``settings``) by its claim's current rule, in place. When that rule's text
     differs from the one the run was made under, the record carries the current text and keeps the earlier one as
-    ``verdict_rule_when_run``, so the page can say the verdict comes from a revised rule."""
+    ``verdict_rule_when_run``, so the page can say the verdict comes from a revised rule.
+
+    A summary (no per-item values) is judged again from what its decision stores (:func:`judge_again`)."""
     claim = get_claim(record["claim"])
     if record.get("verdict_rule") != claim.verdict_rule:
         record.setdefault("verdict_rule_when_run", record.get("verdict_rule"))
         record["verdict_rule"] = claim.verdict_rule
-    record["decision"] = claim.decide(record["seeds"], record["settings"])
+    if has_items(record):
+        record["decision"] = claim.decide(record["seeds"], record["settings"])
+    else:
+        judge_again(record)
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
+
+
+def judge_again(record: dict[str, Any]) -> None:
+    """Judge a summary's stored decision again by its claim's current rule (:attr:`Claim.judge`), in place: the
+    comparisons, their intervals and the gates stay those of the run (nothing is recomputed from items); the
+    statements, the multiplicity rule and the verdict are the current rule's. ``decision["judged_from"]`` says so."""
+    from st_magnitude.replication.gates import apply_gates, judge_stored
+
+    claim = get_claim(record["claim"])
+    old = record["decision"]
+    new = (
+        claim.judge(old, record["settings"])
+        if claim.judge is not None
+        else judge_stored(old, "the paper's claim", claim.statement)
+    )
+    kept = {k: v for k, v in old.items() if k not in ("ungated_verdict", "gate_note", "parts", "statements", "note")}
+    decision = {**kept, **new}
+    apply_gates(decision, old.get("gates", []))
+    if new.get("untested"):
+        decision["verdict"] = new["verdict"]
+    decision["judged_from"] = (
+        "the summary's stored comparisons and intervals (no per-item values): statements and verdict by the "
+        "current rule, intervals as run"
+    )
+    record["decision"] = decision
 
 
 def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -330,9 +367,11 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     decide_again(record)
     record["redecided_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(path, record, indent=1)
-    record["full_result"] = str(path)
+    if has_items(record):  # a summary judged again keeps naming the full result it came from
+        record["full_result"] = str(path)
     if results is not None:
         name = run_name(record["claim"], record["profile"], record.get("tag"))
         record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
+        write_items(record, Path(results) / f"{name}.json")
     return record

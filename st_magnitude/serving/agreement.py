@@ -98,7 +98,9 @@ def _llamaindex(model, queries, documents, k, metric):
 
     from st_magnitude.serving.llamaindex import MagnitudeLlamaIndexEmbedding
 
-    emb = MagnitudeLlamaIndexEmbedding(model, metric=metric or "cosine")
+    if metric not in (None, "cosine"):
+        raise ValueError("LlamaIndex's default SimpleVectorStore scores with cosine only")
+    emb = MagnitudeLlamaIndexEmbedding(model)
     nodes = [TextNode(text=t, id_=str(i)) for i, t in enumerate(documents)]
     retriever = VectorStoreIndex(nodes, embed_model=emb).as_retriever(similarity_top_k=k)
     return [[int(n.node.node_id) for n in retriever.retrieve(q)] for q in queries]

@@ -43,7 +43,8 @@ class MagnitudeHaystackDocumentEmbedder:
 
     @_hs.component.output_types(documents=list[_hs.Document])
     def run(self, documents: list[_hs.Document]) -> dict[str, Any]:
-        vectors = encode_documents(self.model, [d.content or "" for d in documents], self.batch_size)
+        texts = [d.content or "" for d in documents]
+        vectors = encode_documents(self.model, texts, self.batch_size, ids=[d.id for d in documents])
         return {"documents": [replace(doc, embedding=vec.tolist()) for doc, vec in zip(documents, vectors)]}
 
 

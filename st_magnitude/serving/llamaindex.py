@@ -3,15 +3,19 @@
 LlamaIndex calls ``_get_query_embedding`` for queries and ``_get_text_embedding(s)`` for nodes, which map onto
 ``encode_query`` / ``encode_document``. Its default ``SimpleVectorStore`` scores with cosine only, so
 ``metric="cosine"`` is checked by default: a model that keeps document magnitude must be exported with
-``--store cosine`` first (or pass the metric of the vector store you use).
+``--store cosine`` first (or pass the metric of the vector store you use). The embedding cannot see which store it
+feeds: a metric other than cosine, for a model that does not rank as trained under cosine, warns
+(:class:`~st_magnitude.serving.metric.StoreMetricWarning`) that LlamaIndex's default store would rank differently.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from st_magnitude.serving._encode import encode_documents, encode_queries
-from st_magnitude.serving.metric import import_stack, store_metric
+from st_magnitude.serving.metric import StoreMetricWarning, import_stack, store_metric
+from st_magnitude.stores import preserved_metrics
 
 _base = import_stack("llama_index.core.embeddings", "llama-index-core")
 
@@ -24,11 +28,25 @@ class MagnitudeLlamaIndexEmbedding(_base.BaseEmbedding):
     Args:
         model: a loaded SentenceTransformer (converted by st-magnitude).
         metric: the metric of the vector store the embeddings go to (``cosine`` for ``SimpleVectorStore``);
-            refused with a ValueError when the model does not rank as trained under it.
+            refused with a ValueError when the model does not rank as trained under it, and a
+            :class:`~st_magnitude.serving.metric.StoreMetricWarning` when it is not cosine and the model does not
+            rank as trained under cosine (LlamaIndex's default store would lose the ranking).
     """
 
     def __init__(self, model: Any, metric: str = "cosine", batch_size: int = 32, **kwargs: Any) -> None:
         checked = store_metric(model, metric, "a LlamaIndex vector store")
+        if checked != "cosine" and "cosine" not in preserved_metrics(model):
+            warnings.warn(
+                f"MagnitudeLlamaIndexEmbedding(metric={metric!r}) ranks as trained only in a vector store that "
+                f"scores with {checked}; LlamaIndex's default SimpleVectorStore (a VectorStoreIndex without "
+                "vector_store / storage_context) scores with cosine, where this model's top-k differs. For the "
+                "default store, export the model with --store cosine (st-magnitude convert MODEL VARIANT --store "
+                "cosine --norm-texts CORPUS -o OUT) and keep metric='cosine'; with a store configured for "
+                f"{checked}, silence this with warnings.filterwarnings('ignore', "
+                "category=st_magnitude.serving.metric.StoreMetricWarning)",
+                StoreMetricWarning,
+                stacklevel=2,
+            )
         super().__init__(model_name="st-magnitude", embed_batch_size=batch_size, **kwargs)
         self._model = model
         self._metric = checked

@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from st_magnitude._warnings import StoreMetricWarning
 from st_magnitude.stores import STORES, preserved_metrics
 
-__all__ = ["METRIC_ALIASES", "best_metric", "import_stack", "store_metric"]
+__all__ = ["METRIC_ALIASES", "StoreMetricWarning", "best_metric", "import_stack", "store_metric"]
 
 #: stack spellings of the three store metrics
 METRIC_ALIASES = {

@@ -25,6 +25,11 @@ def decide(claim_id: str, seeds: list[dict], **settings) -> dict:
     return claim.decide(seeds, {**claim.settings("cpu"), **settings})
 
 
+def verdicts(decision: dict) -> dict[str, str]:
+    """``{statement name: verdict}`` of a decision."""
+    return {st["name"]: st["verdict"] for st in decision["statements"]}
+
+
 # ---------------------------------------------------------------------------------------------------- 000-table5
 def table5_seeds(*, cosine: float, base: float, one_sided: dict[str, float], n: int = 300) -> list[dict]:
     """STS predictions = label + noise; the noise level sets each arm's Spearman (more noise, lower Spearman)."""
@@ -44,7 +49,8 @@ def table5_seeds(*, cosine: float, base: float, one_sided: dict[str, float], n: 
     return out
 
 
-ONE_SIDED = [f"{a}@{lam}" for a in ("sent1norm", "sent2norm") for lam in (0.01, 0.1, "calibrated")]
+LAMBDAS = (0.01, 0.1, "calibrated", "calibrated-one-sided")
+ONE_SIDED = [f"{a}@{lam}" for a in ("sent1norm", "sent2norm") for lam in LAMBDAS]
 
 
 def test_table5_identical_arms_do_not_reproduce():
@@ -55,9 +61,13 @@ def test_table5_identical_arms_do_not_reproduce():
 def test_table5_collapse_at_one_lambda_only_does_not_reproduce():
     """The audit's case: only λ = 0.01 collapses; the effect of a training side effect, not of one-sidedness."""
     noise = {a: (3.0 if a.endswith("@0.01") else 0.3) for a in ONE_SIDED}
-    assert decide("000-table5", table5_seeds(cosine=0.3, base=1.0, one_sided=noise), n_boot=100)["verdict"] != (
-        "reproduces"
-    )
+    out = decide("000-table5", table5_seeds(cosine=0.3, base=1.0, one_sided=noise), n_boot=100)
+    assert out["verdict"] != "reproduces"
+    # the paper's number (λ = 0.01) and its mechanism (every λ) get their own verdicts
+    assert verdicts(out) == {"the paper's number": "reproduces", "its mechanism": "contradicts"}
+    assert out["verdict"] == "the paper's number: reproduces; its mechanism: contradicts"
+    mechanism = out["statements"][1]
+    assert len(mechanism["parts"]) == 8 and "Holm" in mechanism["multiplicity"]
 
 
 def test_table5_collapse_at_every_lambda_reproduces_and_the_gate_holds_it_back_when_cosine_did_not_train():
@@ -90,6 +100,12 @@ def headline_seeds(*, pick: str, gain: float, trained: float, ood_cosine: float 
         }
         out.append({"arms": arms, "kappa": {"recommendation": pick}})
     return out
+
+
+def test_headline_without_a_one_sided_pick_is_not_reached():
+    """κ picked cosine in every seed: the claim (about a one-sided pick) was never tested — not 'inconclusive'."""
+    out = decide("000-headline", headline_seeds(pick="cosine", gain=0.0, trained=0.1))
+    assert out["verdict"] == NOT_REACHED and "never tested" in out["note"]
 
 
 def test_headline_pick_level_with_cosine_does_not_reproduce():
@@ -220,13 +236,25 @@ def test_l2dir_identical_arms_do_not_reproduce():
 
 
 def test_l2dir_worse_than_the_nap_control_does_not_reproduce():
-    assert decide("002", l2dir_seeds(infotn=0.02, l2dir=0.05))["verdict"] == "contradicts"
+    out = decide("002", l2dir_seeds(infotn=0.02, l2dir=0.05))
+    assert verdicts(out) == {"the collapse": "reproduces", "L2Dir non-inferior": "contradicts"}
+
+
+def test_infotn_a_little_worse_than_infonce_is_no_collapse():
+    """The audit's case: InfoTN keeps most of InfoNCE's gain over the base. Threshold 0 called that 'reproduces'
+    (InfoTN is worse); a collapse needs more than half the gain lost, so the collapse is contradicted."""
+    out = decide("002", l2dir_seeds(infotn=0.93, l2dir=0.95, trained=0.75))
+    assert verdicts(out)["the collapse"] == "contradicts"
+    part = out["statements"][0]["parts"][0]
+    gain = out["comparisons"]["infonce-base/recall@1/scifact"]["diff"]
+    assert part["threshold"] == pytest.approx(-0.5 * gain)
 
 
 def test_l2dir_holds_and_the_gate_stops_an_untrained_run():
     assert decide("002", l2dir_seeds(infotn=0.0, l2dir=0.4), margin=0.1)["verdict"] == "reproduces"
     bad = decide("002", l2dir_seeds(infotn=0.0, l2dir=0.0, trained=0.0))
-    assert bad["verdict"] == NOT_REACHED and bad["ungated_verdict"] == "contradicts"
+    assert bad["verdict"] == NOT_REACHED and bad["statements"][1]["ungated_verdict"] == "contradicts"
+    assert {st["verdict"] for st in bad["statements"]} == {NOT_REACHED}
 
 
 # ----------------------------------------------------------------------------------------------------------- 003
@@ -257,6 +285,12 @@ def test_dimension_straight_line_in_log_d_does_not_reproduce():
     """CE linear in log D (no saturation): the law fits as well as the line, AIC prefers the line."""
     out = decide("003", dim_seeds(lambda d: 5.6 - 0.05 * np.log(d)), fit_bootstrap=0)
     assert out["verdict"] != "reproduces" and out["laws"]["delta_aic_line"] < 2
+
+
+def test_dimension_hinge_in_log_d_does_not_reproduce():
+    """A fall that stops at a knee (another saturating curve): the law must beat it by ΔAIC ≥ 2."""
+    out = decide("003", dim_seeds(lambda d: 5.3 + 0.03 * min(np.log(d) - np.log(256), 0.0)), fit_bootstrap=0)
+    assert out["verdict"] != "reproduces" and out["laws"]["delta_aic_hinge"] < 2
 
 
 def test_dimension_power_law_reproduces_with_alpha_next_to_the_papers():

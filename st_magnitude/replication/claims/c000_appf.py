@@ -35,7 +35,7 @@ from st_magnitude.replication.common import (
     evaluate_retrieval,
     retrieval_pairs,
 )
-from st_magnitude.replication.gates import apply_gates, beats_base
+from st_magnitude.replication.gates import apply_gates, beats_base, judge_stored
 
 DATASET = "nfcorpus"
 ARMS = {
@@ -96,6 +96,16 @@ def run_seed(ctx: Context) -> dict:
     return {"arms": arms}
 
 
+def judge(decision: dict, settings: dict) -> dict:
+    """One statement from the judged parts (Holm over its interval parts)."""
+    return judge_stored(
+        decision,
+        "the paper's claim",
+        "dot on little data collapses magnitude (cosine-eval falls, dot-eval above it, the dual evaluator flags "
+        "it) and DNorm recovers with more data",
+    )
+
+
 def decide(seeds: list[dict], settings: dict) -> dict:
     c = {
         "cos_drop": compare_metric(seeds, "dot-little", "base", DATASET, metric="ndcg@10_cosine"),
@@ -124,7 +134,7 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         "reason": f"flagged in {flagged}/{len(seeds)} seeds"
         + ("" if collapsed else " (no measured collapse to flag)"),
     }
-    out = stats.combine_verdicts([*collapse_parts, flag_part, stats.verdict(c["recover"], expect="greater")])
+    out = judge({"parts": [*collapse_parts, flag_part, stats.verdict(c["recover"], expect="greater")]}, settings)
     apply_gates(out, [beats_base(c["more_vs_base"])])
     out["comparisons"] = {k: v.to_dict() for k, v in c.items()}
     out["arms"] = arm_summary(seeds, metrics=("ndcg@10", "ndcg@10_dot", "ndcg@10_cosine", "dual_collapse_flag"))
@@ -201,5 +211,6 @@ CLAIM = Claim(
     | {"eval_corpus": 20},
     run_seed=run_seed,
     decide=decide,
+    judge=judge,
     headline_metric="nDCG@10 (cosine-eval vs dot-eval)",
 )

@@ -24,7 +24,7 @@ from st_magnitude.replication.claims._shared import (
     retrieval_profile,
 )
 from st_magnitude.replication.common import Context, base_model, beir_folder, describe_model, retrieval_pairs
-from st_magnitude.replication.gates import apply_gates, beats_base
+from st_magnitude.replication.gates import NOT_REACHED, apply_gates, beats_base
 
 VARIANTS = ("cosine", "dot", "qnorm", "dnorm")
 OOD, IN_DOMAIN = "scifact", "nfcorpus"
@@ -58,6 +58,21 @@ def run_seed(ctx: Context) -> dict:
     return {"arms": arms, "kappa": kappa}
 
 
+def judge(decision: dict, settings: dict) -> dict:
+    """One statement: the κ rule's one-sided pick beats cosine out of domain. When κ picked cosine or dot, the
+    claim was not tested at all: "not reached" (``untested``), never "inconclusive"."""
+    pick = decision["kappa_pick"]
+    tests = "the κ rule's one-sided pick beats cosine on SciFact nDCG@10 (out of domain)"
+    if pick not in ("qnorm", "dnorm"):
+        out = stats.judge([stats.statement("the pick beats cosine", tests, [])])
+        out["verdict"] = out["statements"][0]["verdict"] = NOT_REACHED
+        out["untested"] = True
+        out["note"] = f"κ picked {pick!r}, not qnorm/dnorm: no one-sided pick, so the claim was never tested"
+        return out
+    part = stats.verdict(decision["comparisons"][f"{pick}-cosine/{OOD}"], expect="greater")
+    return stats.judge([stats.statement("the pick beats cosine", tests, [part])])
+
+
 def decide(seeds: list[dict], settings: dict) -> dict:
     picks = Counter(s["kappa"]["recommendation"] for s in seeds)
     pick = picks.most_common(1)[0][0]
@@ -67,14 +82,13 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         for ds in (OOD, IN_DOMAIN)
     }
     comparisons.update({f"cosine-base/{ds}": compare_metric(seeds, "cosine", "base", ds) for ds in (OOD, IN_DOMAIN)})
-    if pick in ("qnorm", "dnorm"):
-        out = stats.combine_verdicts([stats.verdict(comparisons[f"{pick}-cosine/{OOD}"], expect="greater")])
-    else:
-        out = {"verdict": "inconclusive", "parts": [], "note": f"κ picked {pick!r}, not qnorm/dnorm"}
+    out: dict = {"kappa_pick": pick, "comparisons": {k: c.to_dict() for k, c in comparisons.items()}}
+    out.update(judge(out, settings))
     apply_gates(out, [beats_base(comparisons[f"cosine-base/{IN_DOMAIN}"])])
+    if out.get("untested"):  # the claim was never put to the test: no gate can make it more than that
+        out["verdict"] = out["statements"][0]["verdict"] = NOT_REACHED
     out["kappa_picks"] = dict(picks)
     out["kappa_pick"] = pick
-    out["comparisons"] = {k: c.to_dict() for k, c in comparisons.items()}
     out["arms"] = arm_summary(seeds, metrics=("ndcg@10", "pooled_auc", "ndcg@10_cosine", "ndcg@10_dot"))
     c = comparisons.get(f"{pick}-cosine/{OOD}")
     a = out["arms"]
@@ -107,7 +121,8 @@ CLAIM = Claim(
         "gate: the trained cosine arm beats the untrained base on NFCorpus (in domain) nDCG@10, whole 95% CI above "
         "0, else 'not reached at this budget'. Then, with pick = the κ rule's majority recommendation over seeds: "
         "reproduces if nDCG@10(pick) − nDCG@10(cosine) on SciFact (out of domain) > 0 with the whole 95% CI above "
-        "0; contradicts if the whole CI is below 0; else inconclusive (also when κ picks cosine or dot). NFCorpus, "
+        "0; contradicts if the whole CI is below 0; else inconclusive. When κ picks cosine or dot the claim is not "
+        "tested: 'not reached'. NFCorpus, "
         "dot, every arm scored by cosine, and the base are reported."
     ),
     profiles={
@@ -140,6 +155,11 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
+    judge=judge,
+    revised=(
+        "after the committed 5-seed run: a κ pick of cosine or dot was 'inconclusive'; it is 'not reached' (the "
+        "claim is about a one-sided pick, and there was none)"
+    ),
     dry_run={"steps": 2, "batch_size": 4, "max_seq_length": 16, "kappa_pairs": 12, "kappa_bootstrap": 5}
     | {"auc_negatives": 5, "eval_queries": 6, "eval_corpus": 20},
     headline_metric="nDCG@10",

@@ -7,9 +7,10 @@ contrastive entropy (paper 003 §3.6.1: each (query, positive) against 256 seede
 :func:`st_magnitude.evaluation.entropy.contrastive_entropy`) is measured on NFCorpus test — aligned with the
 training data, as the paper fits on aligned evaluation data. The untrained base (no projection) is scored the same way.
 
-The law must beat the naive alternatives, not only fit: it is compared by AIC with a straight line in log D and with
-a constant (:func:`law_comparison`), and its prediction of the held-out largest dimensions is judged relative to the
-size of the fall (a law that repeats the last value, or a flat guess, is off by a small fraction of CE itself but by
+The law must beat the naive alternatives, not only fit: it is compared by AIC with a hinge in log D (another
+saturating curve), a straight line in log D and a constant (:func:`law_comparison`), and its prediction of the
+held-out largest dimensions is judged relative to the size of the fall (a law that repeats the last value, or a flat
+guess, is off by a small fraction of CE itself but by
 most of the fall).
 """
 
@@ -78,10 +79,26 @@ def _aic(sse: float, n: int, k: int) -> float:
     return n * math.log(max(sse, 1e-300) / n) + 2 * k
 
 
+def fit_hinge(x, y) -> np.ndarray:
+    """Least-squares hinge in ``x`` (3 parameters): ``a + b · min(x − c, 0)`` — a straight fall that stops at a knee
+    ``c`` and stays flat after it (a saturating curve that is no power law). The knee is searched on a fine grid
+    over the range of ``x`` (for each knee the fit is linear). Returns the fitted values."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    best, fitted = math.inf, y * 0 + y.mean()
+    for c in np.linspace(x.min(), x.max(), 801):
+        design = np.stack([np.ones_like(x), np.minimum(x - c, 0.0)], axis=1)
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        pred = design @ coef
+        sse = float(np.sum((pred - y) ** 2))
+        if sse < best:
+            best, fitted = sse, pred
+    return fitted
+
+
 def law_comparison(dims, losses) -> dict:
-    """AIC of the power law (3 parameters), a straight line in log D (2) and a constant (1) fitted to the same
-    points; ``delta_aic_line`` / ``delta_aic_constant`` are the alternative's AIC minus the law's (> 0: the law is
-    better)."""
+    """AIC of the power law (3 parameters), a hinge in log D (3: a fall that stops at a knee), a straight line in
+    log D (2) and a constant (1) fitted to the same points; ``delta_aic_<alternative>`` is the alternative's AIC
+    minus the law's (> 0: the law is better)."""
     from st_magnitude.scaling import fit_dimension_law
 
     x, y = np.asarray(dims, dtype=float), np.asarray(losses, dtype=float)
@@ -90,16 +107,73 @@ def law_comparison(dims, losses) -> dict:
     slope, icpt = np.polyfit(np.log(x), y, 1)
     sse = {
         "power_law": float(np.sum((law.predict(x) - y) ** 2)),
+        "hinge_log_d": float(np.sum((fit_hinge(np.log(x), y) - y) ** 2)),
         "line_log_d": float(np.sum((icpt + slope * np.log(x) - y) ** 2)),
         "constant": float(np.sum((y.mean() - y) ** 2)),
     }
-    aic = {m: _aic(v, n, k) for (m, v), k in zip(sse.items(), (3, 2, 1))}
+    aic = {m: _aic(v, n, k) for (m, v), k in zip(sse.items(), (3, 3, 2, 1))}
     return {
         "sse": sse,
         "aic": aic,
+        "delta_aic_hinge": aic["hinge_log_d"] - aic["power_law"],
         "delta_aic_line": aic["line_log_d"] - aic["power_law"],
         "delta_aic_constant": aic["constant"] - aic["power_law"],
     }
+
+
+#: the alternatives the law must beat by ΔAIC, as ``law_comparison`` names them
+ALTERNATIVES = {"hinge": "a hinge in log D", "line": "a straight line in log D", "constant": "a constant"}
+
+
+def judge(decision: dict, settings: dict) -> dict:
+    """The fall (an interval part) and the law (AIC against every alternative and the held-out error), from the
+    seed-mean CE by D the decision stores (``per_dim``) and its fall comparison."""
+    from st_magnitude.scaling import fit_dimension_law
+
+    dims = [int(d) for d in settings["dims"]]
+    n_fit = int(settings["n_fit"])
+    means = np.array([decision["per_dim"][str(d)]["estimate"] for d in dims])
+    fall_part = stats.verdict(decision["comparisons"]["fall"], expect="less")
+    # held-out: the law fitted to the n_fit smallest D predicts the others; error relative to the measured fall
+    pred = fit_dimension_law(dims[:n_fit], means[:n_fit]).predict(dims[n_fit:])
+    size = float(means[0] - means[-1])
+    worst = float(np.max(np.abs(pred - means[n_fit:])))
+    rel = worst / size if size > 0 else math.inf
+    laws = law_comparison(dims, means)
+    gap, need = settings["max_holdout_fall_error"], settings["min_delta_aic"]
+    deltas = {k: laws[f"delta_aic_{k}"] for k in ALTERNATIVES}
+    beats = all(v >= need for v in deltas.values())
+    loses = any(v <= -need for v in deltas.values())
+    law_part = {
+        "verdict": "reproduces"
+        if beats and rel <= gap
+        else "contradicts"
+        if loses or rel > 5 * gap
+        else "inconclusive",
+        "claim": f"ΔAIC ≥ {need:g} over {', '.join(ALTERNATIVES.values())}, and the held-out D error ≤ "
+        f"{gap:.0%} of the fall",
+        "reason": "ΔAIC "
+        + ", ".join(f"{k} {v:+.2f}" for k, v in deltas.items())
+        + f"; fitted on D ≤ {dims[n_fit - 1]}, held-out D {dims[n_fit:]}: measured "
+        f"{np.round(means[n_fit:], 4).tolist()}, predicted {np.round(pred, 4).tolist()} "
+        f"(worst |error| {worst:.4f} = {rel:.0%} of the fall {size:.4f})",
+    }
+    out = stats.judge(
+        [
+            stats.statement(
+                "the law",
+                "CE falls from the smallest to the largest D, and a power law in D explains the fall better than a "
+                "hinge, a line in log D or a constant and predicts the held-out largest D",
+                [fall_part, law_part],
+                multiplicity="one interval part; the law part is a model comparison (ΔAIC ≥ 2), not a test at "
+                "level 0.025: its error rates are the simulated ones, so no correction applies",
+            )
+        ]
+    )
+    out["laws"] = laws
+    out["holdout"] = {"dims": dims[n_fit:], "measured": means[n_fit:].tolist(), "predicted": pred.tolist()}
+    out["holdout"].update(worst_abs_error=worst, fall=size, error_over_fall=rel)
+    return out
 
 
 def decide(seeds: list[dict], settings: dict) -> dict:
@@ -123,33 +197,13 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         )
 
     fall = cmp(f"D={d_max}", f"D={d_min}")
-    fall_part = stats.verdict(fall, expect="less")
-    # held-out: the law fitted to the n_fit smallest D predicts the others; error relative to the measured fall
-    fit_small = fit_dimension_law(dims[:n_fit], means[:n_fit])
-    pred = fit_small.predict(dims[n_fit:])
-    size = float(means[0] - means[-1])
-    worst = float(np.max(np.abs(pred - means[n_fit:])))
-    rel = worst / size if size > 0 else math.inf
-    laws = law_comparison(dims, means)
-    gap, need = settings["max_holdout_fall_error"], settings["min_delta_aic"]
-    beats = laws["delta_aic_line"] >= need and laws["delta_aic_constant"] >= need
-    loses = laws["delta_aic_line"] <= -need or laws["delta_aic_constant"] <= -need
-    law_part = {
-        "verdict": "reproduces"
-        if beats and rel <= gap
-        else "contradicts"
-        if loses or rel > 5 * gap
-        else "inconclusive",
-        "claim": f"ΔAIC ≥ {need:g} over a line in log D and over a constant, and the held-out D error ≤ "
-        f"{gap:.0%} of the fall",
-        "reason": f"ΔAIC line {laws['delta_aic_line']:+.2f}, constant {laws['delta_aic_constant']:+.2f}; "
-        f"fitted on D ≤ {dims[n_fit - 1]}, held-out D {dims[n_fit:]}: measured "
-        f"{np.round(means[n_fit:], 4).tolist()}, predicted {np.round(pred, 4).tolist()} "
-        f"(worst |error| {worst:.4f} = {rel:.0%} of the fall {size:.4f})",
+    out: dict = {
+        "per_dim": {str(d): stats.seed_interval(per_dim[d]).to_dict() for d in dims},
+        "comparisons": {"fall": fall.to_dict()},
     }
-    out = stats.combine_verdicts([fall_part, law_part])
-    gate = beats_base(cmp(f"D={d_max}", "base"), lower_is_better=True)
-    apply_gates(out, [gate])
+    out.update(judge(out, settings))
+    apply_gates(out, [beats_base(cmp(f"D={d_max}", "base"), lower_is_better=True)])
+    laws, rel = out["laws"], out["holdout"]["error_over_fall"]
     fit = fit_dimension_law(dims, means, bootstrap=settings["fit_bootstrap"], seed=0)
     alpha_ci = fit.ci.get("alpha")
     out["fit"] = {
@@ -159,18 +213,13 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         "formula": fit.formula(),
     }
     out["alpha"] = {"ours": fit.alpha, "ci": list(alpha_ci) if alpha_ci else None, "paper": list(PAPER_ALPHA)}
-    out["laws"] = laws
-    out["holdout"] = {"dims": dims[n_fit:], "measured": means[n_fit:].tolist(), "predicted": pred.tolist()}
-    out["holdout"].update(worst_abs_error=worst, fall=size, error_over_fall=rel)
-    out["per_dim"] = {str(d): stats.seed_interval(per_dim[d]).to_dict() for d in dims}
-    out["comparisons"] = {"fall": fall.to_dict()}
     ci = f" [{alpha_ci[0]:.2f}, {alpha_ci[1]:.2f}]" if alpha_ci else ""
     out["ours"] = (
         "CE by D: "
         + ", ".join(f"{d}: {np.mean(per_dim[d]):.3f}" for d in dims)
-        + f"; α {fit.alpha:.2f}{ci} (paper {PAPER_ALPHA[0]}–{PAPER_ALPHA[1]}); ΔAIC vs line "
-        f"{laws['delta_aic_line']:+.1f}, vs constant {laws['delta_aic_constant']:+.1f}; held-out error {rel:.0%} of "
-        "the fall"
+        + f"; α {fit.alpha:.2f}{ci} (paper {PAPER_ALPHA[0]}–{PAPER_ALPHA[1]}); ΔAIC vs hinge "
+        f"{laws['delta_aic_hinge']:+.1f}, vs line {laws['delta_aic_line']:+.1f}, vs constant "
+        f"{laws['delta_aic_constant']:+.1f}; held-out error {rel:.0%} of the fall"
     )
     return out
 
@@ -199,9 +248,10 @@ CLAIM = Claim(
     verdict_rule=(
         "gate: the trained largest-D arm has lower CE than the untrained base (whole 95% CI below 0), else "
         "'not reached at this budget'. Then reproduces if (a) CE(largest D) − CE(smallest D) < 0 (whole 95% CI "
-        "below 0, paired over queries and seeds) and (b) on the seed-mean CE the power law beats a straight line "
-        "in log D and a constant by ΔAIC ≥ 2, and, fitted to the 5 smallest D, predicts the 2 largest within 25% "
-        "of the measured fall; contradicts if (a) is contradicted, an alternative beats the law by ΔAIC ≥ 2, or "
+        "below 0, paired over queries and seeds) and (b) on the seed-mean CE the power law beats a hinge in log D "
+        "(a fall that stops at a knee), a straight line in log D and a constant by ΔAIC ≥ 2, and, fitted to the 5 "
+        "smallest D, predicts the 2 largest within 25% of the measured fall; contradicts if (a) is contradicted, "
+        "an alternative beats the law by ΔAIC ≥ 2, or "
         "the held-out error exceeds 125% of the fall; else inconclusive. α's 95% interval is reported next to "
         "the paper's."
     ),
@@ -249,6 +299,11 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
+    judge=judge,
+    revised=(
+        "after the committed 3-seed run: the law must also beat a hinge in log D (simulated: a power law passes "
+        "90% of the time, a hinge 4%; without it a hinge, an exponential or a quadratic in log D passed 67-87%)"
+    ),
     dry_run={"dims": [4, 8, 16, 32, 64], "n_fit": 3, "steps": 2, "fit_bootstrap": 0, "batch_size": 4}
     | {"max_seq_length": 16, "n_negatives": 8, "eval_queries": 6, "eval_corpus": 20},
     headline_metric="contrastive entropy",

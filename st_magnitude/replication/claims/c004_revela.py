@@ -32,7 +32,7 @@ from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims._retrieval import evaluate_all
 from st_magnitude.replication.claims._shared import arm_summary, compare_metric, eval_sets
 from st_magnitude.replication.common import Context, base_model, beir_folder, describe_model, set_seed, train
-from st_magnitude.replication.gates import apply_gates
+from st_magnitude.replication.gates import apply_gates, judge_stored
 
 DATASETS = ("scifact", "nfcorpus")
 #: arm → how its chunks are grouped (both at the profile's temperature)
@@ -261,6 +261,15 @@ def run_seed(ctx: Context) -> dict:
     }
 
 
+def judge(decision: dict, settings: dict) -> dict:
+    """One statement from the judged parts (Holm over its interval parts)."""
+    return judge_stored(
+        decision,
+        "the paper's claim",
+        "Revela's LM-feedback training beats the raw base and a random-group control on every judged dataset",
+    )
+
+
 def decide(seeds: list[dict], settings: dict) -> dict:
     trained = list(ARMS)
     comparisons = {
@@ -273,7 +282,7 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     parts = [
         stats.verdict(comparisons[f"revela-{b}/{ds}"], expect="greater") for b in ("raw", "random") for ds in DATASETS
     ]
-    out = stats.combine_verdicts(parts)
+    out = judge({"parts": parts}, settings)
     changes = {arm: [signal_change(s, arm) for s in seeds] for arm in trained}
     known = None not in changes["revela"]
     signal = stats.seed_interval(changes["revela"]) if seeds and known else None
@@ -407,6 +416,7 @@ CLAIM = Claim(
     },
     run_seed=run_seed,
     decide=decide,
+    judge=judge,
     dry_run={"lm": "tiny-random-llama", "steps": 2, "group_size": 4, "groups": 2, "max_docs": 40, "diag_every": 1}
     | {"max_seq_length": 16, "lm_max_length": 16, "eval_queries": 6, "eval_corpus": 20},
     headline_metric="nDCG@10",

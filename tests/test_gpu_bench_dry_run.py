@@ -1,0 +1,83 @@
+"""The GPU benchmark's dry run: the same code path as on the GPU (every section), on the CPU with tiny models and a
+toy BEIR folder, and its docs section rendered from the JSON it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.toy_beir import write_toy_beir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"gpu_bench_{name}", REPO / "benchmarks" / "gpu" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def dry_result(tmp_path_factory) -> tuple[dict, Path]:
+    root = tmp_path_factory.mktemp("gpu_bench")
+    data = root / "data"
+    nf = write_toy_beir(data / "nfcorpus", n_docs=40, n_queries=16)
+    write_toy_beir(nf, n_docs=40, n_queries=16, split="train", seed=1)
+    write_toy_beir(data / "scifact", n_docs=40, n_queries=8)
+    out = root / "gpu.json"
+    threads = torch.get_num_threads()
+    try:
+        rc = _module("bench").main(["--dry-run", "--data", str(data), "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0, json.loads(out.read_text())["errors"]
+    return json.loads(out.read_text()), out
+
+
+def test_every_section_runs_and_compares_against_its_baseline(dry_result):
+    result, _ = dry_result
+    assert result["dry_run"] is True and result["errors"] == {}
+    res = result["results"]
+    assert set(res) == {"step", "syncs", "trainer", "encode", "search"}
+    steps = res["step"]
+    # every loss at every model × dtype, each of ours with a ratio to its ST baseline of the same setting
+    assert {(r["model"], r["dtype"]) for r in steps} == {(m, d) for m in ("minilm", "mpnet") for d in ("fp32", "bf16")}
+    ours = [r for r in steps if r["loss"] not in ("MNRL", "CMNRL")]
+    assert len(ours) == 6 * 4 and all("error" not in r and r["time_ratio"] > 0 for r in ours)
+    assert {r["baseline"] for r in ours if r["loss"].startswith("Cached")} == {"CMNRL"}
+    # no CUDA: the sync counts are recorded as not measured, never as a measured zero
+    assert all(r["measured"] is False for r in res["syncs"])
+    assert all("error" not in r for r in res["syncs"])
+    tr = res["trainer"]
+    assert tr["steps"] == 2 and tr["compare_steps_per_s"] > 0 and tr["plain_steps_per_s"] > 0
+    assert "--full" in tr["command"] and "/tmp" not in tr["command"]
+    # the qnorm model's documents point where the plain model's do (qnorm leaves documents raw)
+    assert res["encode"]["max_direction_diff"] < 1e-4
+    assert res["search"]["same_top_k_sets"] is True
+
+
+def test_the_docs_section_is_generated_and_replaced_in_place(dry_result, tmp_path):
+    _, path = dry_result
+    render = _module("render")
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nhand-written text\n")
+    assert render.main([str(path), "--doc", str(doc)]) == 0
+    once = doc.read_text()
+    assert once.startswith("# Benchmarks\n\nhand-written text\n")
+    assert render.START in once and render.END in once and "**Dry run**" in once
+    assert "| minilm | 8 | bf16 | CachedMW |" in once
+    doc.write_text(once + "\nlater text\n")
+    assert render.main([str(path), "--doc", str(doc)]) == 0
+    twice = doc.read_text()
+    assert twice == once + "\nlater text\n"  # rendered again: the section is replaced, not appended
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where there is no GPU")
+def test_without_cuda_it_says_so_instead_of_measuring_the_cpu(tmp_path, capsys):
+    assert _module("bench").main(["--out", str(tmp_path / "x.json"), "--data", str(tmp_path)]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
