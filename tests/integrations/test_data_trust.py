@@ -232,7 +232,8 @@ def test_any_mutation_of_a_beir_folder_loads_or_names_the_file(
     else:
         # what loads is what the evaluation needs: string ids and texts, integer grades, no dangling judgement
         assert data.corpus and data.qrels
-        assert all(isinstance(t, str) and t.encode() for d in data.corpus.values() for t in d.values())
-        assert all(isinstance(q, str) and q.encode() for q in data.queries.values())
+        texts = [t for d in data.corpus.values() for t in d.values()] + list(data.queries.values())
+        assert all(isinstance(t, str) for t in texts)
+        "".join(texts).encode("utf-8")  # no lone surrogate reached the model (this raises on one)
         assert all(d in data.corpus for rel in data.qrels.values() for d in rel)
         assert all(isinstance(g, int) for rel in data.qrels.values() for g in rel.values())
