@@ -11,7 +11,6 @@ once; hours between parts in turn do not count).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from datetime import datetime, timedelta, timezone
@@ -19,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude._trust.write import write_json_atomic
+from st_magnitude.cli._args import check_output_dir
 from st_magnitude.replication.resume import run_differences
+from st_magnitude.replication.run_file import read_run, refuse_unreadable_decision
 from st_magnitude.replication.runner import (
     COST_KEYS,
     check_replace,
@@ -49,16 +50,10 @@ def merge_runs(
     unless ``force``). Returns the merged record."""
     if len(full_results) < 2:
         raise ValueError(f"--merge needs at least two full-result files, got {len(full_results)}")
-    parts = []
-    for p in full_results:
-        path = Path(p)
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read {path}: {exc}") from None
-        if not isinstance(rec, dict) or not rec.get("seeds"):
-            raise ValueError(f"{path} holds no finished seed")
-        parts.append((path, rec))
+    check_output_dir(out, "--out")  # a read-only folder is found before anything is read
+    if results is not None:
+        check_output_dir(results, "--results")
+    parts = [(Path(p), read_run(p, seeds_required=True)) for p in full_results]  # names, types, known keys only
     parts.sort(key=lambda pr: min(s["seed"] for s in pr[1]["seeds"]))
     first_path, first = parts[0]
     for path, rec in parts[1:]:
@@ -92,7 +87,14 @@ def merge_runs(
     ends = [m["finished_utc"] for m in record["merged_from"] if m["finished_utc"]]
     record["finished_utc"] = max(ends) if ends else None
     record["merged_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    decide_again(record)
+    shapes = {frozenset(s) for s in seeds}
+    if len(shapes) > 1:
+        keys = " and ".join(str(sorted(k)) for k in sorted(shapes, key=sorted))
+        raise ValueError(f"the parts' seed records hold different keys ({keys}): they are not parts of one run")
+    try:
+        decide_again(record)
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:  # seed records this claim's rule cannot read
+        raise refuse_unreadable_decision([p for p, _ in parts], record["claim"], exc) from exc
 
     name = run_name(record["claim"], record["profile"], record.get("tag"))
     if results is not None:
