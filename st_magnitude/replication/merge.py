@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._trust import InputFileError
 from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.cli._args import check_output_dir
 from st_magnitude.replication.resume import run_differences
@@ -87,10 +88,14 @@ def merge_runs(
     ends = [m["finished_utc"] for m in record["merged_from"] if m["finished_utc"]]
     record["finished_utc"] = max(ends) if ends else None
     record["merged_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    shapes = {frozenset(s) for s in seeds}
-    if len(shapes) > 1:
-        keys = " and ".join(str(sorted(k)) for k in sorted(shapes, key=sorted))
-        raise ValueError(f"the parts' seed records hold different keys ({keys}): they are not parts of one run")
+    shape = sorted(first["seeds"][0])
+    for path, rec in parts:
+        for i, s in enumerate(rec["seeds"]):
+            if sorted(s) != shape:
+                raise InputFileError(
+                    path, f"key 'seeds[{i}]' holds the keys {sorted(s)}, the first part's seeds {shape}: the seed "
+                    "records hold different keys, so these are not parts of one run",
+                )  # fmt: skip
     try:
         decide_again(record)
     except (KeyError, TypeError, IndexError, AttributeError) as exc:  # seed records this claim's rule cannot read

@@ -6,6 +6,8 @@ parts of the file names the runner writes. :func:`read_run` reads it through the
 the one ``--tag`` follows), every value the runner, the merge and the report use has its type and range, and only
 the keys a run record has are kept (an extra key is never copied into a merged result or a committed summary). A
 seed record's own content is the claim's (its rule reads it); here it must be an object with a ``seed`` number.
+``NaN`` is refused as everywhere; ``Infinity`` is read, because a decision over one seed (a part) holds an
+undefined interval with infinite ends (:func:`st_magnitude.evaluation.stats.seed_interval`).
 Every refusal is an :class:`~st_magnitude._trust.InputFileError` naming the file and the key.
 """
 
@@ -49,7 +51,8 @@ def read_run(path: str | os.PathLike, *, seeds_required: bool = False) -> dict[s
     """The run record in ``path``, checked as the module docstring says, with only :data:`RUN_KEYS`;
     ``seeds_required``: it must hold at least one seed (a part to merge, a result to decide again)."""
     path = Path(path)
-    f = Fields(read_json(path), path, what="a run record")
+    # a decision over one seed holds an undefined interval (±Infinity); NaN is refused
+    f = Fields(read_json(path, allow_infinity=True), path, what="a run record")
     rec = f.known(RUN_KEYS)
     claim = f.name("claim")
     if claim not in CLAIM_MODULES:
