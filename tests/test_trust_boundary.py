@@ -22,22 +22,12 @@ FORBIDDEN_NAMES = {"load_file", "safe_open"}
 PENDING = {
     "st_magnitude/callbacks/loss_state.py",
     "st_magnitude/cli/convert.py",
-    "st_magnitude/cli/replicate.py",
-    "st_magnitude/cli/scaling.py",
     "st_magnitude/convert.py",
     "st_magnitude/evaluation/calibration.py",
     "st_magnitude/evaluation/embeddings_store.py",
-    "st_magnitude/experiments/compare.py",
-    "st_magnitude/experiments/lock.py",
-    "st_magnitude/experiments/seeds.py",
-    "st_magnitude/experiments/training.py",
     "st_magnitude/integrations/data.py",
     "st_magnitude/integrations/models.py",
     "st_magnitude/losses/revela_lm.py",
-    "st_magnitude/replication/merge.py",
-    "st_magnitude/replication/report.py",
-    "st_magnitude/replication/resume.py",
-    "st_magnitude/replication/runner.py",
     "st_magnitude/serving/onnx.py",
 }
 
