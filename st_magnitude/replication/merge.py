@@ -21,7 +21,7 @@ from st_magnitude._trust import InputFileError
 from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.cli._args import check_output_dir
 from st_magnitude.replication.resume import run_differences
-from st_magnitude.replication.run_file import read_run, refuse_unreadable_decision
+from st_magnitude.replication.run_file import RULE_INPUT_ERRORS, read_run, refuse_unreadable_decision
 from st_magnitude.replication.runner import (
     COST_KEYS,
     check_replace,
@@ -60,12 +60,14 @@ def merge_runs(
     for path, rec in parts[1:]:
         differ = run_differences(rec, first)
         if differ:
-            raise ValueError(f"{path} and {first_path} differ in {', '.join(differ)}: they are not parts of one run")
+            problem = f"this part and {first_path} differ in {', '.join(differ)}: they are not parts of one run"
+            raise InputFileError(path, problem)
     seeds = [s for _, rec in parts for s in rec["seeds"]]
     numbers = [s["seed"] for s in seeds]
     twice = sorted({n for n in numbers if numbers.count(n) > 1})
     if twice:
-        raise ValueError(f"seed(s) {twice} appear in more than one part; pass each seed once")
+        path = next(p for p, rec in parts[1:] if any(s["seed"] in twice for s in rec["seeds"]))
+        raise InputFileError(path, f"seed(s) {twice} appear in more than one part; pass each seed once")
     seeds.sort(key=lambda s: s["seed"])
 
     record = {k: v for k, v in first.items() if k not in _PART_ONLY}
@@ -84,7 +86,8 @@ def merge_runs(
     ]
     record["resources"] = _merged_resources(record["merged_from"])
     record["wall_seconds"] = record["resources"]["wall_seconds"]
-    record["started_utc"] = min(m["started_utc"] for m in record["merged_from"] if m["started_utc"])
+    starts = [m["started_utc"] for m in record["merged_from"] if m["started_utc"]]
+    record["started_utc"] = min(starts) if starts else None
     ends = [m["finished_utc"] for m in record["merged_from"] if m["finished_utc"]]
     record["finished_utc"] = max(ends) if ends else None
     record["merged_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -98,7 +101,9 @@ def merge_runs(
                 )  # fmt: skip
     try:
         decide_again(record)
-    except (KeyError, TypeError, IndexError, AttributeError) as exc:  # seed records this claim's rule cannot read
+    except InputFileError:
+        raise
+    except RULE_INPUT_ERRORS as exc:  # seed records the claim's rule cannot read
         raise refuse_unreadable_decision([p for p, _ in parts], record["claim"], exc) from exc
 
     name = run_name(record["claim"], record["profile"], record.get("tag"))
@@ -147,7 +152,10 @@ def _end(part: dict[str, Any]) -> datetime | None:
         part["resources"].get("wall_seconds"),
     )
     if end is None and start is not None and wall is not None:
-        end = start + timedelta(seconds=wall)
+        try:
+            end = start + timedelta(seconds=wall)
+        except OverflowError:  # past the calendar's end: unknown
+            end = None
     return end
 
 

@@ -22,7 +22,7 @@ from st_magnitude._trust import Fields, InputFileError, read_json
 from st_magnitude.replication.claim import PROFILES
 from st_magnitude.replication.claims import CLAIM_MODULES
 
-__all__ = ["RUN_KEYS", "read_run"]
+__all__ = ["RULE_INPUT_ERRORS", "RUN_KEYS", "read_run", "refuse_unreadable_decision"]
 
 _STR = (str,)
 _OPT_STR = (str, type(None))
@@ -73,7 +73,7 @@ def read_run(path: str | os.PathLike, *, seeds_required: bool = False) -> dict[s
     f.get("resumed_utc", list, [], check=lambda v: _strings(v) or next(filter(None, map(_stamp, v)), None))
     for key in _STAMP_KEYS:
         f.get(key, _OPT_STR, None, check=_stamp)
-    f.get("wall_seconds", (float, type(None)), None, lo=0)
+    f.get("wall_seconds", (float, type(None)), None, lo=0, hi=MAX_SECONDS)
     if "machine" in f:
         machine = f.sub("machine")
         for key in _MACHINE_KEYS & set(machine.keys()):
@@ -113,9 +113,13 @@ def _stamp(value: object) -> str | None:
     return None if aware else f"must be an ISO 8601 time with its UTC offset ({example}), got {value!r}"
 
 
+#: the most seconds a recorded cost may hold (about 30 years): beyond, a time plus it leaves the calendar
+MAX_SECONDS = 1e9
+
+
 def _resources(f: Fields) -> dict[str, Any]:
     for key in _COST_KEYS:
-        f.get(key, (float, type(None)), None, lo=0)
+        f.get(key, (float, type(None)), None, lo=0, hi=MAX_SECONDS)
     for key in ("load_average_start", "load_average_end"):
         f.get(key, (list, type(None)), None, check=_numbers)
     for key in ("processes", "parts"):
@@ -155,7 +159,7 @@ def _seeds(f: Fields, required: bool) -> list[dict[str, Any]]:
         if number in numbers:
             raise s.error("seed", f"seed {number} appears twice in this file")
         numbers.add(number)
-        s.get("wall_seconds", (float, type(None)), None, lo=0)
+        s.get("wall_seconds", (float, type(None)), None, lo=0, hi=MAX_SECONDS)
         seed = dict(s.obj)
         if "resources" in s:
             seed["resources"] = _resources(s.sub("resources"))
@@ -163,9 +167,13 @@ def _seeds(f: Fields, required: bool) -> list[dict[str, Any]]:
     return out
 
 
+#: what a claim's rule raises on seed records it cannot read (deciding parts or a result read from disk)
+RULE_INPUT_ERRORS = (KeyError, TypeError, IndexError, AttributeError, ValueError, ArithmeticError)
+
+
 def refuse_unreadable_decision(files: list[Path], claim: str, exc: Exception) -> InputFileError:
-    """The error for seed records the claim's rule cannot read (a key missing, a value of another type): names the
-    files they came from."""
+    """The error for seed records the claim's rule cannot read (a key missing, a value of another type or out of its
+    range): names the files they came from."""
     names = ", ".join(str(p) for p in files)
     return InputFileError(
         names,

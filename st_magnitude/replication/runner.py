@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from st_magnitude._trust import check_name
+from st_magnitude._trust import InputFileError, check_name
 from st_magnitude._trust.write import write_json_atomic
 from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
 from st_magnitude.cli._args import check_output_dir, check_output_file
@@ -45,7 +45,7 @@ from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed
 from st_magnitude.replication.overrides import apply_overrides
 from st_magnitude.replication.resume import find_resumable
-from st_magnitude.replication.run_file import read_run, refuse_unreadable_decision
+from st_magnitude.replication.run_file import RULE_INPUT_ERRORS, read_run, refuse_unreadable_decision
 
 logger = logging.getLogger(__name__)
 
@@ -394,7 +394,9 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
         check_output_dir(results, "--results")
     try:
         decide_again(record)
-    except (KeyError, TypeError, IndexError, AttributeError) as exc:  # seed records this claim's rule cannot read
+    except InputFileError:
+        raise
+    except RULE_INPUT_ERRORS as exc:  # seed records the claim's rule cannot read
         raise refuse_unreadable_decision([path], record["claim"], exc) from exc
     record["redecided_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(path, record, indent=1)
