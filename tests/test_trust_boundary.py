@@ -157,3 +157,15 @@ def test_fields_check_types_ranges_choices_and_name_the_key(tmp_path):
         f.refuse_unknown({"a", "t", "n"})
     with pytest.raises(InputFileError, match="must hold a JSON object, got a list"):
         Fields([], tmp_path / "f.json")
+
+
+def test_read_json_reads_infinity_only_when_asked_and_never_nan(tmp_path):
+    """A one-seed decision in a run record holds an undefined interval (±Infinity): its reader asks for them."""
+    path = tmp_path / "x.json"
+    path.write_text('{"low": -Infinity, "high": Infinity}')
+    with pytest.raises(InputFileError, match="-Infinity is not a number"):
+        read_json(path)
+    assert read_json(path, allow_infinity=True) == {"low": float("-inf"), "high": float("inf")}
+    path.write_text('{"low": NaN}')
+    with pytest.raises(InputFileError, match="NaN is not a number"):
+        read_json(path, allow_infinity=True)

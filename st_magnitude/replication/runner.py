@@ -352,9 +352,15 @@ def _run_seeds(
                 record["resources_process"], record.get("resources_before_resume")
             )
             record["wall_seconds"] = record["resources"]["wall_seconds"]
-            if resumable is None and len(record["seeds"]) == 1:  # the first write of a new run: a file of its own
+            first = resumable is None and len(record["seeds"]) == 1
+            if first:  # the first write of a new run: a file of its own
                 full_path = _new_file(out, name)
-            write_json_atomic(full_path, record, indent=1)
+            try:
+                write_json_atomic(full_path, record, indent=1)
+            except BaseException:
+                if first:  # no empty file left for a later run to stumble on
+                    full_path.unlink(missing_ok=True)
+                raise
     record["decision"] = claim.decide(record["seeds"], settings)
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
