@@ -9,6 +9,10 @@ Two files per run:
   ``docs/replication.md`` is generated from these by ``st-magnitude replicate --report``). A summary that holds
   more seeds than the new run is not replaced unless ``force``.
 
+A run holds ``OUT/.<claim>-<profile>[-<tag>]-seed<k>.lock`` for each of its seeds (:func:`seed_locks`): the same
+command started twice refuses, while parts with other seeds run beside it; each new run writes a file of its own,
+also when parts start in the same second. ``--out`` and ``--results`` are checked writable before any work.
+
 Every run records what it cost, measured, not estimated: CPU-seconds of this process and of its finished children
 (``resource.getrusage``), wall time, and the load average at start and end (``os.getloadavg``), per seed and in
 total (``record["resources"]``).
