@@ -45,9 +45,15 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _loads(text: str, file: str | os.PathLike, line_offset: int = 0) -> Any:
+def _infinity_only(name: str) -> float:
+    if name == "NaN":
+        _refuse_constant(name)
+    return float(name)
+
+
+def _loads(text: str, file: str | os.PathLike, line_offset: int = 0, allow_infinity: bool = False) -> Any:
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_infinity_only if allow_infinity else _refuse_constant)
     except json.JSONDecodeError as exc:
         raise InputFileError(
             file, f"not valid JSON ({exc.msg}, column {exc.colno})", where=str(exc.lineno + line_offset)
@@ -86,11 +92,14 @@ def _check_text(text: str, file: str | os.PathLike, where: str | None, path: str
         raise InputFileError(file, problem, where) from None
 
 
-def read_json(path: str | os.PathLike, *, max_bytes: int = 1 << 28, max_depth: int = 64) -> Any:
+def read_json(
+    path: str | os.PathLike, *, max_bytes: int = 1 << 28, max_depth: int = 64, allow_infinity: bool = False
+) -> Any:
     """The JSON value in ``path``, checked as the module docstring says; :class:`InputFileError` otherwise (a
-    missing or unreadable file included)."""
+    missing or unreadable file included). ``allow_infinity``: ``Infinity`` / ``-Infinity`` are read as ±inf (an
+    undefined interval's ends in the package's own results); ``NaN`` is refused all the same."""
     path = Path(path)
-    value = _loads(decode_utf8(_read_bytes(path, max_bytes), path), path)
+    value = _loads(decode_utf8(_read_bytes(path, max_bytes), path), path, allow_infinity=allow_infinity)
     _check_tree(value, path, None, max_depth)
     return value
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 
-from st_magnitude.cli._args import add_options, values
+from st_magnitude.cli._args import add_options, removed_on_failure, values
 
 __all__ = ["DEFAULT_REPORT", "DEFAULT_RESULTS", "add_arguments", "run"]
 
@@ -74,7 +73,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the profile's exact code path at the claim's tiny sizes (seconds on CPU); writes no summary",
     )
-    p.add_argument("--tag", default=None, help="name a variant run (kept beside the main result, not replacing it)")
+    p.add_argument(
+        "--tag",
+        default=None,
+        type=_tag,
+        help="name a variant run (kept beside the main result, not replacing it): letters, digits, '-', '_', '.'",
+    )
+
+
+def _tag(text: str) -> str:
+    """``--tag``: the rule of every name that becomes part of a file name (:func:`~st_magnitude._trust.check_name`,
+    also applied to the names a part file gives)."""
+    from st_magnitude._trust import check_name
+
+    try:
+        return check_name(text, "--tag")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         if args.claim:
             raise ValueError(f"--merge takes no claim ({args.claim!r}): each part's file names its claim")
 
-        record = merge_runs(args.merge, args.out, results, force=args.force)
+        with removed_on_failure(args.out), removed_on_failure(results):  # a failed merge leaves no empty folder
+            record = merge_runs(args.merge, args.out, results, force=args.force)
         r = record["resources"]
         print(
             f"{record['claim']} ({record['profile']}): merged {len(args.merge)} parts, "
@@ -125,16 +141,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.claim:
         raise ValueError(f"name a claim (valid: {', '.join(CLAIM_MODULES)}), or use --list / --report")
-    overrides = {}
-    for item in args.set:
-        if "=" not in item:
-            raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        try:
-            overrides[k] = json.loads(v)
-        except json.JSONDecodeError:
-            overrides[k] = v
+    if args.dry_run and results:
+        raise ValueError("a dry run writes no summary: leave out --results (its full result goes to --out)")
+    from st_magnitude.replication.overrides import parse_set
     from st_magnitude.replication.runner import run_claim
+
+    overrides = parse_set(args.set)  # checked against the profile's settings before the run starts
 
     command = " ".join(shlex.quote(a) for a in ["st-magnitude", "replicate", *_argv_after("replicate")])
     where = f"full result to {Path(args.out).resolve()}/"

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._trust import Fields, read_json, read_lines
 from st_magnitude.cli._args import check_output_file, non_negative_int, positive_float
 
 logger = logging.getLogger(__name__)
@@ -65,8 +66,7 @@ def _read_rows(path: str) -> list[dict[str, str]]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"CSV not found: {path}")
-    with open(p, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = list(csv.DictReader(line for _, line in read_lines(p)))  # UTF-8, a bad byte named by its line
     if not rows:
         raise ValueError(f"{path} has no data rows")
     return rows
@@ -143,7 +143,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             plot_groups[label] = (D, L, fit)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps(_json_numbers(results), indent=2))
         print(f"fits: {args.json}")
     if args.plot and plot_groups:
         from st_magnitude.scaling.plots import plot_dimension_fits
@@ -153,6 +153,18 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return 0 if results else 1
 
 
+def _json_numbers(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float as ``null`` (an undefined R² is NaN): the file stays JSON that
+    ``choose --law`` and any JSON reader accept."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_numbers(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_numbers(v) for v in obj]
+    return obj
+
+
 def _load_law(spec: str) -> dict[str, float]:
     from st_magnitude.scaling.fit import PAPER_JOINT_LAWS
 
@@ -160,15 +172,14 @@ def _load_law(spec: str) -> dict[str, float]:
         return PAPER_JOINT_LAWS[spec]
     path = Path(spec)
     if path.is_file():
-        try:
-            law = json.loads(path.read_text())
-        except ValueError as exc:
-            raise ValueError(
-                f"--law {spec}: not valid JSON ({exc}); expected an object with A, B, alpha, beta, delta"
-            ) from None
-        if len(law) == 1 and isinstance(next(iter(law.values())), dict):  # output of `scaling fit --joint --json`
-            law = next(iter(law.values()))
-        return law
+        law = Fields(read_json(path), path, what="--law (an object with A, B, alpha, beta, delta)")
+        if len(law.obj) == 1 and isinstance(next(iter(law.obj.values())), dict):  # `scaling fit --joint --json`
+            law = law.sub(next(iter(law.obj)))
+        # the law A / D^alpha + B / N^beta + delta, as `scaling fit` fits it (non-negative terms, falling in D, N)
+        return {
+            **{key: law.get(key, float, lo=0) for key in ("A", "B", "delta")},
+            **{key: law.get(key, float, lo=0, lo_open=True) for key in ("alpha", "beta")},
+        }
     raise ValueError(f"Unknown law {spec!r}. Valid presets: {', '.join(PAPER_JOINT_LAWS)}; or a JSON file path.")
 
 

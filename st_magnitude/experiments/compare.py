@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._trust import Fields, read_json
 from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.experiments import _dist
 from st_magnitude.experiments.config import (
@@ -119,7 +120,7 @@ def _check_fingerprint(out: Path, config: CompareConfig) -> None:
     runs_dir = out / "runs"
     if not cfg_path.exists() or not (runs_dir.is_dir() and any(runs_dir.iterdir())):
         return
-    previous = json.loads(cfg_path.read_text()).get("fingerprint")
+    previous = Fields(read_json(cfg_path), cfg_path).get("fingerprint", (dict, type(None)), None)
     if not previous:
         return
     current = json.loads(json.dumps(config.fingerprint()))
@@ -131,11 +132,12 @@ def _check_fingerprint(out: Path, config: CompareConfig) -> None:
         )
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A record this job wrote earlier (``None`` when there is none: it is computed again); a corrupt or
+    hand-edited one is an :class:`~st_magnitude._trust.InputFileError` naming the file."""
+    if not path.is_file():
         return None
+    return Fields(read_json(path, allow_infinity=True), path).obj
 
 
 @dataclass

@@ -22,6 +22,8 @@ try:  # POSIX
 except ImportError:  # pragma: no cover - Windows: pid check only
     fcntl = None
 
+from st_magnitude._trust import InputFileError, read_json
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["FolderLocked", "OutputLock", "pid_alive"]
@@ -59,25 +61,40 @@ def _describe(info: dict[str, Any]) -> str:
 
 
 class OutputLock:
-    """``with OutputLock(folder): ...`` — hold ``folder/.lock`` or raise :class:`FolderLocked` naming the holder."""
+    """``with OutputLock(folder): ...`` — hold ``folder/.lock`` or raise :class:`FolderLocked` naming the holder.
 
-    def __init__(self, folder: str | os.PathLike[str]):
+    ``name``: another lock file in ``folder`` (several locks in one folder, e.g. one per seed of a run); ``what``
+    and ``advice`` word the refusal (``"<what> is in use by <holder>; wait for it to finish, stop it, or <advice>"``).
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        name: str = LOCK_NAME,
+        *,
+        what: str | None = None,
+        advice: str = "choose another --output-dir",
+    ):
         self.folder = Path(folder)
-        self.path = self.folder / LOCK_NAME
+        self.path = self.folder / name
+        self.what = what or str(self.folder)
+        self.advice = advice
         self._fd: int | None = None
         self.took_over: dict[str, Any] | None = None  # the stale holder's record, when we replaced one
 
     # -- reading --------------------------------------------------------------------------------------------------
     def holder(self) -> dict[str, Any] | None:
+        """The holder's record (pid, host, start time), or None when there is none or it is unreadable."""
         try:
-            return json.loads(self.path.read_text(encoding="utf-8") or "null")
-        except (OSError, ValueError):
+            info = read_json(self.path)
+        except InputFileError:  # missing, empty (being written) or not a lock record
             return None
+        return info if isinstance(info, dict) else None
 
     def _refuse(self, info: dict[str, Any] | None) -> FolderLocked:
         who = _describe(info) if info else "another process (its lock record is unreadable)"
         return FolderLocked(
-            f"{self.folder} is in use by {who}; wait for it to finish, stop it, or choose another --output-dir "
+            f"{self.what} is in use by {who}; wait for it to finish, stop it, or {self.advice} "
             f"(lock file: {self.path})"
         )
 

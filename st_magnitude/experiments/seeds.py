@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._trust import Fields, read_json
 from st_magnitude.evaluation.stats import compare_arms, seed_interval
 from st_magnitude.experiments import _dist, compare
 from st_magnitude.experiments.config import PER_QUERY_KEY, CompareConfig
@@ -65,7 +65,9 @@ def run_compare_seeds(config: CompareConfig, n_seeds: int, log=print) -> dict[st
 def _load_runs(folder: Path) -> dict[str, dict]:
     runs = {}
     for path in sorted((folder / "runs").glob("*/metrics.json")):
-        runs[path.parent.name] = json.loads(path.read_text())
+        record = Fields(read_json(path), path)
+        record.get("metrics", dict)
+        runs[path.parent.name] = record.obj
     if not runs:
         raise FileNotFoundError(f"{folder} holds no finished runs (runs/*/metrics.json)")
     return runs
@@ -133,7 +135,7 @@ def _plot_seed_bars(rows: list[dict], folders: list[Path], out: Path) -> list[st
     for folder in folders:
         path = Path(folder) / "base.json"
         if path.is_file():
-            base = json.loads(path.read_text()).get("metrics")
+            base = Fields(read_json(path), path).get("metrics", (dict, type(None)), None)
             break
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -10,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._trust import Fields, InputFileError, read_json
 from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.experiments import _dist
 from st_magnitude.experiments._write_failure import checkpoint_write_failure, model_save_failure
@@ -81,11 +81,12 @@ def whole_checkpoints(ckpt_dir: Path, log=logger.warning) -> list[Path]:
             found.append((int(step), folder))
     whole = []
     for step, folder in sorted(found):
-        try:
-            state = json.loads((folder / CHECKPOINT_STATE).read_text())
-            ok = state.get("global_step") == step and _TrainProgress.from_state(state) is not None
-        except (OSError, ValueError, AttributeError):
+        try:  # the Trainer writes this file in place: a kill while it saves leaves it truncated
+            state = Fields(read_json(folder / CHECKPOINT_STATE), folder / CHECKPOINT_STATE)
+        except InputFileError:
             ok = False
+        else:
+            ok = state.obj.get("global_step") == step and _TrainProgress.from_state(state) is not None
         if ok:
             whole.append(folder)
         else:
@@ -110,11 +111,18 @@ class _TrainProgress:
         self._t0: float | None = None
 
     @classmethod
-    def from_state(cls, trainer_state: dict) -> _TrainProgress | None:
-        saved = (trainer_state.get("stateful_callbacks") or {}).get(cls.NAME)
-        if not isinstance(saved, dict) or not isinstance(saved.get("attributes"), dict):
+    def from_state(cls, trainer_state: Fields) -> _TrainProgress | None:
+        """The progress saved in a checkpoint's ``trainer_state.json`` (``None`` when it holds none: not written
+        by this module); a record of the wrong shape is an :class:`~st_magnitude._trust.InputFileError`."""
+        callbacks = trainer_state.get("stateful_callbacks", (dict, type(None)), None) or {}
+        if cls.NAME not in callbacks:
             return None
-        return cls(**saved["attributes"])
+        saved = trainer_state.sub("stateful_callbacks").sub(cls.NAME).sub("attributes")
+        return cls(
+            saved.get("loss_sum", float),
+            saved.get("loss_steps", int, lo=0),
+            saved.get("seconds", float, lo=0),
+        )
 
     def record(self, module, inputs, output) -> None:  # called by train_run's forward hook with the summed loss
         self.loss_sum += float(output)
@@ -231,7 +239,8 @@ def train_run(
     args = training_arguments(config, variant, ckpt_dir, device)
     progress = _TrainProgress()
     if resume_from is not None:
-        progress = _TrainProgress.from_state(json.loads((resume_from / CHECKPOINT_STATE).read_text()))
+        state_file = resume_from / CHECKPOINT_STATE
+        progress = _TrainProgress.from_state(Fields(read_json(state_file), state_file))
         logger.info("resuming %s from %s", run_dir.name, resume_from)
 
     def record(module, inputs, output) -> None:
@@ -291,9 +300,9 @@ def train_run(
 
 def trained_info(run_dir: Path) -> dict[str, Any] | None:
     """train.json of a finished training (``model/.complete`` and a readable ``train.json``), else None."""
-    if not (run_dir / "model" / ".complete").exists():
+    if not (run_dir / "model" / ".complete").exists() or not (run_dir / "train.json").is_file():
         return None
-    try:
-        return json.loads((run_dir / "train.json").read_text())
-    except (OSError, ValueError):
-        return None
+    info = Fields(read_json(run_dir / "train.json"), run_dir / "train.json")
+    for key in ("train_loss", "train_seconds"):
+        info.get(key, float)
+    return info.obj

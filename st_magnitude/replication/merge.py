@@ -11,16 +11,18 @@ once; hours between parts in turn do not count).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._trust import InputFileError
 from st_magnitude._trust.write import write_json_atomic
+from st_magnitude.cli._args import check_output_dir
 from st_magnitude.replication.items import write_items
 from st_magnitude.replication.resume import run_differences
+from st_magnitude.replication.run_file import RULE_INPUT_ERRORS, read_run, refuse_unreadable_decision
 from st_magnitude.replication.runner import (
     COST_KEYS,
     check_replace,
@@ -50,27 +52,23 @@ def merge_runs(
     unless ``force``). Returns the merged record."""
     if len(full_results) < 2:
         raise ValueError(f"--merge needs at least two full-result files, got {len(full_results)}")
-    parts = []
-    for p in full_results:
-        path = Path(p)
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read {path}: {exc}") from None
-        if not isinstance(rec, dict) or not rec.get("seeds"):
-            raise ValueError(f"{path} holds no finished seed")
-        parts.append((path, rec))
+    check_output_dir(out, "--out")  # a read-only folder is found before anything is read
+    if results is not None:
+        check_output_dir(results, "--results")
+    parts = [(Path(p), read_run(p, seeds_required=True)) for p in full_results]  # names, types, known keys only
     parts.sort(key=lambda pr: min(s["seed"] for s in pr[1]["seeds"]))
     first_path, first = parts[0]
     for path, rec in parts[1:]:
         differ = run_differences(rec, first)
         if differ:
-            raise ValueError(f"{path} and {first_path} differ in {', '.join(differ)}: they are not parts of one run")
+            problem = f"this part and {first_path} differ in {', '.join(differ)}: they are not parts of one run"
+            raise InputFileError(path, problem)
     seeds = [s for _, rec in parts for s in rec["seeds"]]
     numbers = [s["seed"] for s in seeds]
     twice = sorted({n for n in numbers if numbers.count(n) > 1})
     if twice:
-        raise ValueError(f"seed(s) {twice} appear in more than one part; pass each seed once")
+        path = next(p for p, rec in parts[1:] if any(s["seed"] in twice for s in rec["seeds"]))
+        raise InputFileError(path, f"seed(s) {twice} appear in more than one part; pass each seed once")
     seeds.sort(key=lambda s: s["seed"])
 
     record = {k: v for k, v in first.items() if k not in _PART_ONLY}
@@ -89,11 +87,25 @@ def merge_runs(
     ]
     record["resources"] = _merged_resources(record["merged_from"])
     record["wall_seconds"] = record["resources"]["wall_seconds"]
-    record["started_utc"] = min(m["started_utc"] for m in record["merged_from"] if m["started_utc"])
+    starts = [m["started_utc"] for m in record["merged_from"] if m["started_utc"]]
+    record["started_utc"] = min(starts) if starts else None
     ends = [m["finished_utc"] for m in record["merged_from"] if m["finished_utc"]]
     record["finished_utc"] = max(ends) if ends else None
     record["merged_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    decide_again(record)
+    shape = sorted(first["seeds"][0])
+    for path, rec in parts:
+        for i, s in enumerate(rec["seeds"]):
+            if sorted(s) != shape:
+                raise InputFileError(
+                    path, f"key 'seeds[{i}]' holds the keys {sorted(s)}, the first part's seeds {shape}: the seed "
+                    "records hold different keys, so these are not parts of one run",
+                )  # fmt: skip
+    try:
+        decide_again(record)
+    except InputFileError:
+        raise
+    except RULE_INPUT_ERRORS as exc:  # seed records the claim's rule cannot read
+        raise refuse_unreadable_decision([p for p, _ in parts], record["claim"], exc) from exc
 
     name = run_name(record["claim"], record["profile"], record.get("tag"))
     if results is not None:
@@ -142,7 +154,10 @@ def _end(part: dict[str, Any]) -> datetime | None:
         part["resources"].get("wall_seconds"),
     )
     if end is None and start is not None and wall is not None:
-        end = start + timedelta(seconds=wall)
+        try:
+            end = start + timedelta(seconds=wall)
+        except OverflowError:  # past the calendar's end: unknown
+            end = None
     return end
 
 

@@ -4,16 +4,17 @@ when no result exists."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
+from st_magnitude._trust import Fields, read_json
 from st_magnitude.replication.claim import PROFILES
 from st_magnitude.replication.claims import list_claims
 from st_magnitude.replication.forest import judged_comparisons, write_forest
 from st_magnitude.replication.items import items_path
+from st_magnitude.replication.run_file import read_run
 
 __all__ = ["COVERAGE_FILE", "FOREST_PATH", "NOT_RUN_FILE", "recorded_costs", "render_report", "write_report"]
 
@@ -92,7 +93,7 @@ def _load(results_dir: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
         for f in sorted(results_dir.glob("*.json")):
             if f.name == NOT_RUN_FILE:
                 continue
-            rec = json.loads(f.read_text())
+            rec = read_run(f)  # names, types, known keys only
             runs = out.setdefault((rec["claim"], rec["profile"]), [None])
             if rec.get("tag"):
                 runs.append(rec)
@@ -175,7 +176,10 @@ def _cell(text: str) -> str:
 
 def _not_run_reasons(results_dir: Path) -> dict[str, str]:
     path = results_dir / NOT_RUN_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    reasons = Fields(read_json(path), path)
+    return {key: reasons.get(key, str) for key in reasons.keys()}
 
 
 def _not_run(claim, profile: str, reasons: dict[str, str] | None = None) -> str:
@@ -273,7 +277,7 @@ def _method(coverage: Path) -> list[str]:
     lines = [METHOD]
     if not coverage.is_file():
         return [*lines, "Simulated coverage: not generated (`benchmarks/bench_interval_coverage.py --write`).", ""]
-    cov = json.loads(coverage.read_text())
+    cov = read_json(coverage)
     seeds = list(cov["rows"][0]["cells"])
     worst = min(c["after"] for row in cov["rows"] for c in row["cells"].values())
     lines += [

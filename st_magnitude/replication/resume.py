@@ -11,10 +11,12 @@ never touches it.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
+
+from st_magnitude._trust import InputFileError
+from st_magnitude.replication.run_file import read_run
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +40,7 @@ def _mismatch(saved: dict[str, Any], fresh: dict[str, Any], seeds: list[int]) ->
     differ = run_differences(saved, fresh)
     if differ:
         return f"different {', '.join(differ)}"
-    try:
-        done = [int(s["seed"]) for s in saved.get("seeds", [])]
-    except (KeyError, TypeError, ValueError):
-        return "its seed records are unreadable"
+    done = [s["seed"] for s in saved["seeds"]]  # checked by read_run
     if done != seeds[: len(done)]:
         return f"its seeds {done} are not the start of the requested seeds {seeds}"
     return None
@@ -57,11 +56,11 @@ def find_resumable(out: Path, name: str, fresh: dict[str, Any], seeds: list[int]
         if not (len(stamp) == 16 and stamp.endswith("Z") and stamp[8] == "T"):  # another run's name shares the prefix
             continue
         try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            logger.warning("cannot resume from %s (unreadable: %s); starting a new run, that file is kept", path, exc)
+            saved = read_run(path)  # names, types, known keys only
+        except InputFileError as exc:
+            logger.warning("cannot resume from it (%s); starting a new run, that file is kept", exc)
             continue
-        if not isinstance(saved, dict) or saved.get("status") != "running":
+        if saved["status"] != "running":
             continue
         why = _mismatch(saved, fresh, seeds)
         if why is None:

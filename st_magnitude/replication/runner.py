@@ -9,6 +9,10 @@ Two files per run:
   ``docs/replication.md`` is generated from these by ``st-magnitude replicate --report``). A summary that holds
   more seeds than the new run is not replaced unless ``force``.
 
+A run holds ``OUT/.<claim>-<profile>[-<tag>]-seed<k>.lock`` for each of its seeds (:func:`seed_locks`): the same
+command started twice refuses, while parts with other seeds run beside it; each new run writes a file of its own,
+also when parts start in the same second. ``--out`` and ``--results`` are checked writable before any work.
+
 Every run records what it cost, measured, not estimated: CPU-seconds of this process and of its finished children
 (``resource.getrusage``), wall time, and the load average at start and end (``os.getloadavg``), per seed and in
 total (``record["resources"]``).
@@ -16,7 +20,7 @@ total (``record["resources"]``).
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import os
 import platform
@@ -27,18 +31,26 @@ import sys
 import tempfile
 import time
 import warnings
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from st_magnitude._trust import InputFileError, check_name
 from st_magnitude._trust.write import write_json_atomic
 from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
+from st_magnitude.cli._args import check_output_dir, check_output_file
+from st_magnitude.experiments.lock import OutputLock
+from st_magnitude.replication.claim import Claim
 from st_magnitude.replication.claims import get_claim
 from st_magnitude.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed
 from st_magnitude.replication.items import PER_ITEM_KEYS, write_items
+from st_magnitude.replication.overrides import apply_overrides
 from st_magnitude.replication.resume import find_resumable
+from st_magnitude.replication.run_file import RULE_INPUT_ERRORS, read_run, refuse_unreadable_decision
 
 logger = logging.getLogger(__name__)
 
@@ -122,23 +134,25 @@ def with_earlier_processes(resources: dict[str, Any], earlier: list[dict[str, An
 
 
 def run_name(claim_id: str, profile: str, tag: str | None) -> str:
-    """``<claim>-<profile>[-<tag>]``: the summary's file name and the full results' prefix."""
-    return f"{claim_id}-{profile}" + (f"-{tag}" if tag else "")
+    """``<claim>-<profile>[-<tag>]``: the summary's file name and the full results' prefix; each part a safe
+    file-name part (:func:`~st_magnitude._trust.check_name`), so the name never leads out of its folder."""
+    parts = [check_name(claim_id, "claim"), check_name(profile, "profile")]
+    return "-".join(parts + ([check_name(tag, "tag")] if tag is not None else []))
 
 
 def existing_seeds(path: Path) -> int | None:
-    """The number of seeds of the finished result at ``path`` (None when there is none)."""
+    """The number of seeds of the finished result at ``path`` (None when there is none); a file there that is not
+    a run record is an :class:`~st_magnitude._trust.InputFileError` naming it."""
     if not path.is_file():
         return None
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return len(rec.get("seeds", [])) if rec.get("status") == "finished" else None
+    rec = read_run(path)
+    return len(rec["seeds"]) if rec["status"] == "finished" else None
 
 
 def check_replace(path: Path, seeds: int, force: bool) -> None:
     """Refuse to replace a finished result that has more seeds than ``seeds`` (weaker evidence) unless ``force``."""
+    if force:
+        return
     have = existing_seeds(path)
     if have is not None and have > seeds and not force:
         raise ValueError(
@@ -208,23 +222,19 @@ def run_claim(
     summary (none when None); an existing summary with more seeds is kept unless ``force``.
     ``dry_run``: the profile's code path at the claim's tiny sizes (:attr:`Claim.dry_run`); never writes ``results``.
     """
-    if tag is not None and (not tag or not all(c.isalnum() or c in "-_." for c in tag)):
-        raise ValueError(f"tag must be a non-empty name of letters, digits, '-', '_' or '.', got {tag!r}")
+    if tag is not None:
+        check_name(tag, "tag")  # the rule of --tag: the tag becomes part of file names
     claim = get_claim(claim_id)
     settings = claim.settings(profile, dry_run=dry_run)
     if dry_run:
-        results, tag = None, tag or "dry-run"
-    for k, v in (overrides or {}).items():
-        if k not in settings:
-            raise ValueError(f"unknown setting {k!r} for claim {claim_id}/{profile}; valid: {', '.join(settings)}")
-        old = settings[k]
-        settings[k] = (
-            type(old)(v) if isinstance(old, (int, float, str)) and not isinstance(old, bool) and v is not None else v
-        )
+        results, tag = None, tag or "dry-run"  # the CLI refuses --dry-run --results; called in code, none is written
+    apply_overrides(settings, overrides or {}, f"{claim_id}/{profile}")
     if seeds < 1:
         raise ValueError(f"seeds must be at least 1, got {seeds}")
     name = run_name(claim_id, profile, tag)
+    check_output_dir(out, "--out")  # a read-only folder is found now, not after training
     if results is not None:
+        check_output_dir(results, "--results")
         check_replace(Path(results) / f"{name}.json", seeds, force)
     device, bf16 = resolve_device(device)
     data_dir = resolve_data_dir(data)
@@ -255,8 +265,62 @@ def run_claim(
         "status": "running",
     }
     logger.info("claim %s (%s): full result -> %s", claim_id, profile, full_path)
-    total = Meter()
+    base = Context(profile, settings, first_seed, data_dir, device, bf16, Path(), model)
     wanted = list(range(first_seed, first_seed + seeds))
+    created = not out.exists()
+    try:
+        with seed_locks(out, name, wanted):  # a second run of one of these seeds refuses here, before any work
+            return _run_seeds(claim, record, base, out, name, full_path, wanted, results, force)
+    finally:
+        if created and out.is_dir() and not any(out.iterdir()):  # a run that wrote nothing leaves no folder
+            out.rmdir()
+
+
+@contextmanager
+def seed_locks(out: Path, name: str, seeds: list[int]) -> Iterator[None]:
+    """Hold ``out/.<name>-seed<k>.lock`` for every seed ``k`` of run ``name`` (:class:`OutputLock`): two runs of
+    the same seed (an identical command started twice) cannot both resume one partial file or train that seed;
+    parts with other seeds (``--first-seed K --seeds 1`` at once) run side by side."""
+    with ExitStack() as stack:
+        for seed in seeds:
+            lock = OutputLock(
+                out, f".{name}-seed{seed}.lock", what=f"seed {seed} of run {name} in {out}",
+                advice="run other seeds (--first-seed, --seeds) or use another --out",
+            )  # fmt: skip
+            stack.enter_context(lock)
+        yield
+
+
+def _new_file(out: Path, name: str) -> Path:
+    """A new full-result file of run ``name``, created empty and exclusively: parts of one run started in the same
+    second get files of their own (the next free second's stamp)."""
+    out.mkdir(parents=True, exist_ok=True)
+    now = datetime.now(timezone.utc)
+    for i in range(3600):
+        path = out / f"{name}-{(now + timedelta(seconds=i)).strftime('%Y%m%dT%H%M%SZ')}.json"
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{out} holds a full result of {name} for every second of the next hour")
+
+
+def _run_seeds(
+    claim: Claim,
+    record: dict[str, Any],
+    base: Context,
+    out: Path,
+    name: str,
+    full_path: Path,
+    wanted: list[int],
+    results: str | os.PathLike | None,
+    force: bool,
+) -> dict[str, Any]:
+    """Run the ``wanted`` seeds of ``record``'s run (continuing its partial file when there is one), decide and
+    write; called with the seeds' locks held."""
+    claim_id, profile, settings, seeds = record["claim"], base.profile, base.settings, len(wanted)
+    total = Meter()
     resumable = find_resumable(out, name, record, wanted)
     if resumable is not None:  # a killed run of the same configuration: continue its file after its last seed
         full_path, saved = resumable
@@ -273,7 +337,7 @@ def run_claim(
     with tempfile.TemporaryDirectory(prefix=f"replicate-{claim_id}-") as work:
         for seed in wanted:
             set_seed(seed)
-            ctx = Context(profile, settings, seed, data_dir, device, bf16, Path(work), model)
+            ctx = dataclasses.replace(base, seed=seed, work_dir=Path(work))
             meter = Meter()
             logger.info("claim %s (%s): seed %d", claim_id, profile, seed)
             with warnings.catch_warnings():
@@ -291,7 +355,15 @@ def run_claim(
                 record["resources_process"], record.get("resources_before_resume")
             )
             record["wall_seconds"] = record["resources"]["wall_seconds"]
-            write_json_atomic(full_path, record, indent=1)
+            first = resumable is None and len(record["seeds"]) == 1
+            if first:  # the first write of a new run: a file of its own
+                full_path = _new_file(out, name)
+            try:
+                write_json_atomic(full_path, record, indent=1)
+            except BaseException:
+                if first:  # no empty file left for a later run to stumble on
+                    full_path.unlink(missing_ok=True)
+                raise
     record["decision"] = claim.decide(record["seeds"], settings)
     record["verdict"] = record["decision"]["verdict"]
     record["status"] = "finished"
@@ -361,10 +433,16 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     """Recompute the comparisons and the verdict of a finished run from its stored per-item scores (no training):
     for a fix in the statistics, or after a run whose ``decide`` failed. The verdict rule is the claim's own."""
     path = Path(full_result)
-    record = json.loads(path.read_text())
-    if not record.get("seeds"):
-        raise ValueError(f"{path} holds no finished seed")
-    decide_again(record)
+    record = read_run(path, seeds_required=True)  # names, types, known keys only
+    check_output_file(path, "the full result")  # rewritten in place: a read-only file is found before deciding
+    if results is not None:
+        check_output_dir(results, "--results")
+    try:
+        decide_again(record)
+    except InputFileError:
+        raise
+    except RULE_INPUT_ERRORS as exc:  # seed records the claim's rule cannot read
+        raise refuse_unreadable_decision([path], record["claim"], exc) from exc
     record["redecided_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(path, record, indent=1)
     if has_items(record):  # a summary judged again keeps naming the full result it came from
