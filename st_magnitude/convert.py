@@ -137,7 +137,7 @@ def apply_similarity(
     model: SentenceTransformer,
     similarity: str | Similarity,
     *,
-    init_gamma: float | tuple[float, float] = 0.5,
+    init_gamma: float | tuple[float, float] | None = None,
     eps: float = DEFAULT_EPS,
     warn_on_strip: bool = True,
     portable: bool = True,
@@ -166,7 +166,10 @@ def apply_similarity(
         model: any SentenceTransformer.
         similarity: ``"cosine"``, ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"`` or a :class:`Similarity`
             (a ``PowerNormSimilarity`` with fractional γ is carried as a fixed :class:`RoleNormalize`).
-        init_gamma: initial γ for ``learnable`` (paper: 0.5), a float or a (γq, γd) pair.
+        init_gamma: initial γ for ``learnable``, a float or a (γq, γd) pair. ``None`` (default): the model's trained
+            γ̂ when it already carries a learnable ``RoleNormalize`` (its parameters copied exactly, so
+            re-converting a trained model, e.g. ``convert MODEL learnable --store cosine`` or
+            :func:`~st_magnitude.convert_for_store`, serves what training learned), else 0.5 (paper).
         eps: norm floor for the rescaling.
         warn_on_strip: warn when a ``Normalize`` is removed to keep magnitude (cosine-pretrained models can collapse,
             paper 000 App. F / N.3).
@@ -206,6 +209,7 @@ def apply_similarity(
     # a cosine model (plain, ending in Normalize) is about to lose its normalisation; re-converting an
     # already-converted model is not a strip
     was_cosine_model = carried_similarity(model) is None and model_gammas(model) == (1.0, 1.0)
+    trained = next((m for m in model if isinstance(m, RoleNormalize) and m.learnable), None)
     backbone, two_tower, removed, inner = _backbone(model)
     if warn_on_strip:
         _warn_inner(inner, f"apply_similarity({name!r})")
@@ -220,7 +224,15 @@ def apply_similarity(
             stacklevel=2,
         )
 
-    if name == "learnable":
+    if name == "learnable" and init_gamma is None and trained is not None:
+        kept = RoleNormalize(learnable=True, eps=eps)
+        kept.to(trained.gamma_query_logit.device).load_state_dict(
+            trained.state_dict()
+        )  # the trained logits, bit for bit
+        new = backbone + [kept]
+        logger.info("apply_similarity: kept the trained γ̂ (%.6g, %.6g)", kept.gamma_query, kept.gamma_document)
+    elif name == "learnable":
+        init_gamma = 0.5 if init_gamma is None else init_gamma
         gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
         new = backbone + [RoleNormalize(gq, gd, learnable=True, eps=eps)]
     elif name == "fractional":
