@@ -23,7 +23,6 @@ Prop. 2.1); nothing of ST is patched (the symmetry guard, :mod:`st_magnitude.gua
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -31,16 +30,15 @@ import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
+from st_magnitude._strip_plan import apply_strip_plan, plan_strip
 from st_magnitude._surgery import replace_modules
 from st_magnitude._swap import AtomicSwapUnavailable, exchange
-from st_magnitude._trust.paths import check_model_folder, contained
-from st_magnitude._trust.write import write_json_atomic
+from st_magnitude._trust.paths import check_model_folder
 from st_magnitude._warnings import MagnitudeCollapseWarning
 from st_magnitude.model_card import update_model_card
 from st_magnitude.model_info import (
@@ -139,7 +137,7 @@ def apply_similarity(
     model: SentenceTransformer,
     similarity: str | Similarity,
     *,
-    init_gamma: float | tuple[float, float] = 0.5,
+    init_gamma: float | tuple[float, float] | None = None,
     eps: float = DEFAULT_EPS,
     warn_on_strip: bool = True,
     portable: bool = True,
@@ -168,7 +166,10 @@ def apply_similarity(
         model: any SentenceTransformer.
         similarity: ``"cosine"``, ``"dot"``, ``"qnorm"``, ``"dnorm"``, ``"learnable"`` or a :class:`Similarity`
             (a ``PowerNormSimilarity`` with fractional γ is carried as a fixed :class:`RoleNormalize`).
-        init_gamma: initial γ for ``learnable`` (paper: 0.5), a float or a (γq, γd) pair.
+        init_gamma: initial γ for ``learnable``, a float or a (γq, γd) pair. ``None`` (default): the model's trained
+            γ̂ when it already carries a learnable ``RoleNormalize`` (its parameters copied exactly, so
+            re-converting a trained model, e.g. ``convert MODEL learnable --store cosine`` or
+            :func:`~st_magnitude.convert_for_store`, serves what training learned), else 0.5 (paper).
         eps: norm floor for the rescaling.
         warn_on_strip: warn when a ``Normalize`` is removed to keep magnitude (cosine-pretrained models can collapse,
             paper 000 App. F / N.3).
@@ -208,6 +209,7 @@ def apply_similarity(
     # a cosine model (plain, ending in Normalize) is about to lose its normalisation; re-converting an
     # already-converted model is not a strip
     was_cosine_model = carried_similarity(model) is None and model_gammas(model) == (1.0, 1.0)
+    trained = next((m for m in model if isinstance(m, RoleNormalize) and m.learnable), None)
     backbone, two_tower, removed, inner = _backbone(model)
     if warn_on_strip:
         _warn_inner(inner, f"apply_similarity({name!r})")
@@ -222,7 +224,15 @@ def apply_similarity(
             stacklevel=2,
         )
 
-    if name == "learnable":
+    if name == "learnable" and init_gamma is None and trained is not None:
+        kept = RoleNormalize(learnable=True, eps=eps)
+        kept.to(trained.gamma_query_logit.device).load_state_dict(
+            trained.state_dict()
+        )  # the trained logits, bit for bit
+        new = backbone + [kept]
+        logger.info("apply_similarity: kept the trained γ̂ (%.6g, %.6g)", kept.gamma_query, kept.gamma_document)
+    elif name == "learnable":
+        init_gamma = 0.5 if init_gamma is None else init_gamma
         gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
         new = backbone + [RoleNormalize(gq, gd, learnable=True, eps=eps)]
     elif name == "fractional":
@@ -340,10 +350,6 @@ def _warn_strip(removed: int, warn: bool) -> None:
         )
 
 
-def _is_normalize_type(type_str: str) -> bool:
-    return type_str.rsplit(".", 1)[-1] == "Normalize" and type_str.startswith("sentence_transformers.")
-
-
 def _link_or_copy(src: str, dst: str) -> str:
     try:
         os.link(src, dst)
@@ -353,12 +359,14 @@ def _link_or_copy(src: str, dst: str) -> str:
 
 
 def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str, warn: bool) -> Path:
-    """Strip a saved folder. The edit happens on a staging copy beside the target, which is then renamed into place,
-    so a failure at any step leaves the original (or no output) behind, never a half-edited model."""
+    """Strip a saved folder. The edit is planned (and every folder it would delete checked) on ``src`` before any
+    write, then made on a staging copy beside the target, which is renamed into place, so a failure at any step
+    leaves the original (or no output) behind, never a half-edited model."""
     modules_file = src / "modules.json"
     if not modules_file.is_file():
         raise FileNotFoundError(f"{src} is not a saved SentenceTransformer folder (no modules.json)")
     check_model_folder(src)  # every path it names stays inside it: nothing outside is read, copied or deleted
+    plan = plan_strip(src)  # refuses a deletion that would reach the folder itself or a folder another entry uses
     if dst is not None and dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise FileExistsError(f"output_path {dst} exists and is not empty")
     target = (dst if dst is not None else src).absolute()
@@ -367,7 +375,7 @@ def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str
     try:
         # in place: hard links are safe (the original folder is discarded); a copy elsewhere gets its own files
         shutil.copytree(src, stage, dirs_exist_ok=True, copy_function=_link_or_copy if dst is None else shutil.copy2)
-        removed, inner = _strip_staged(stage, similarity_fn_name)
+        apply_strip_plan(plan, stage, similarity_fn_name)
         if dst is None:
             try:  # one atomic swap: ``src`` names a complete model (the old or the stripped one) at every instant
                 exchange(stage, src)
@@ -385,64 +393,9 @@ def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    _warn_inner(inner, "strip_normalize")
-    _warn_strip(removed, warn)
+    _warn_inner(plan.inner, "strip_normalize")
+    _warn_strip(plan.removed, warn)
     return target if dst is None else dst
-
-
-def _strip_staged(root: Path, similarity_fn_name: str) -> tuple[int, int]:
-    entries: list[dict[str, Any]] = json.loads((root / "modules.json").read_text())
-    kept = list(entries)
-    dropped: list[dict[str, Any]] = []
-    while kept and _is_normalize_type(kept[-1].get("type", "")):
-        dropped.append(kept.pop())
-    inner = sum(1 for e in kept if _is_normalize_type(e.get("type", "")))
-    removed = len(dropped)
-    for i, entry in enumerate(kept):
-        if entry.get("type", "").endswith(".Router"):
-            r, n = _strip_router_folder(contained(root, entry.get("path", ""), "Router path"), i == len(kept) - 1)
-            removed += r
-            inner += n
-    write_json_atomic(root / "modules.json", kept)
-    for entry in dropped:
-        folder = contained(root, entry.get("path", ""), "modules.json path")
-        if entry.get("path") and folder.is_dir():
-            shutil.rmtree(folder)
-    cfg_file = root / "config_sentence_transformers.json"
-    cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
-    cfg["similarity_fn_name"] = similarity_fn_name
-    write_json_atomic(cfg_file, cfg)
-    return removed, inner
-
-
-def _strip_router_folder(folder: Path, at_end: bool = True) -> tuple[int, int]:
-    """Strip the route-end Normalize modules of a saved Router (``at_end``: nothing follows the Router).
-
-    Returns ``(removed, inner)``; a module key still used by another route is kept.
-    """
-    cfg_file = folder / "router_config.json"
-    if not cfg_file.is_file():
-        return 0, 0
-    cfg = json.loads(cfg_file.read_text())
-    types: dict[str, str] = cfg.get("types", {})
-    structure: dict[str, list[str]] = cfg.get("structure", {})
-    removed = inner = 0
-    for route, keys in structure.items():
-        keys = list(keys)
-        while at_end and keys and _is_normalize_type(types.get(keys[-1], "")):
-            keys.pop()
-            removed += 1
-        inner += sum(1 for k in keys if _is_normalize_type(types.get(k, "")))
-        structure[route] = keys
-    used = {k for keys in structure.values() for k in keys}
-    for key in [k for k, t in types.items() if _is_normalize_type(t) and k not in used]:
-        types.pop(key)
-        module_dir = contained(folder, key, "router_config.json types key")
-        if key and module_dir.is_dir():
-            shutil.rmtree(module_dir)
-    if removed:
-        write_json_atomic(cfg_file, cfg)
-    return removed, inner
 
 
 # ----------------------------------------------------------------------------------------------------------------

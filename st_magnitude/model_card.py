@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Router
 from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
 
+from st_magnitude._warnings import NormBoundWarning
 from st_magnitude.model_info import carried_similarity, is_asymmetric, model_gammas, training_similarity
+from st_magnitude.modules.mips_augment import MIPSAugment
 from st_magnitude.modules.role_normalize import RoleNormalize
 from st_magnitude.similarity import (
     name_of_gammas,
@@ -29,6 +32,20 @@ class MagnitudeModelCardData(SentenceTransformerModelCardData):
     Installed on a model by :func:`update_model_card` (the same object, its class switched), so trainer callbacks
     that hold ``model.model_card_data`` keep working. Only :meth:`generate_usage_snippet` is extended.
     """
+
+    def run_usage_snippet(self) -> None:
+        """ST's example encode at save time, without side effects on a store export: the card's example documents
+        are not the corpus, so their norms say nothing about the bound M of a :class:`MIPSAugment` (its
+        ``NormBoundWarning`` is silenced and its ``n_over_bound`` count left as it was)."""
+        augments = [m for m in self.model.modules() if isinstance(m, MIPSAugment)] if self.model is not None else []
+        counts = [m.n_over_bound for m in augments]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", NormBoundWarning)
+                super().run_usage_snippet()
+        finally:
+            for m, count in zip(augments, counts):
+                m.n_over_bound = count
 
     def generate_usage_snippet(self) -> str:
         snippet = super().generate_usage_snippet()

@@ -12,12 +12,16 @@ query's factor ``‖q‖^-γq`` is a per-query constant, so **the top-k depends 
 Scores change by per-query constants (cosine: ``1 / (‖q‖ M)``; L2: ``‖q‖² + M² − 2·score``): ranks, top-k and any
 per-query metric (nDCG, MRR, recall) are those of the trained similarity; scores compared *across* queries (one
 global threshold, pooled AUC) are not.
+
+The extra coordinate needs the role: a query gets 0, a document ``sqrt(M² − ‖φ_γd(d)‖²)``. A stack that encodes
+queries and documents alike (plain ``encode()``) cannot rank as trained with such an export, so the augmented model
+refuses a role-less input and :func:`set_default_route` refuses to give it one; role-less stacks rank exactly with an
+inner-product store (``store="dot"``), or with a dnorm / cosine model under any metric.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Sequence
 
@@ -25,11 +29,13 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Router
 
+from st_magnitude._store_limits import MAX_MARGIN, margin_problem, max_norm_problem
 from st_magnitude._surgery import replace_modules
 from st_magnitude._warnings import NormBoundWarning
 from st_magnitude.convert import apply_similarity
 from st_magnitude.model_info import model_gammas
 from st_magnitude.modules.mips_augment import MIPSAugment
+from st_magnitude.similarity import gammas_of, validate_similarity_name
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +51,22 @@ __all__ = [
 
 #: the metrics a vector store scores with: inner product, cosine, (squared) Euclidean distance
 STORES = ("dot", "cosine", "l2")
-#: the only default route that keeps the top-k exact for role-unaware callers (the query factor is per query)
+#: the only default route that keeps the top-k exact for role-unaware callers (the query factor is per query), with an
+#: inner-product store or a model whose documents are unit vectors (γd = 1); never with the cosine / L2 augmentation
 DEFAULT_ROUTES = ("document",)
 #: the default safety margin on the largest sampled document norm
 DEFAULT_MARGIN = 1.05
+
+
+#: why a role-less route is refused for a cosine / L2 export of a variant with γd < 1, and what works instead
+ROLELESS_STORE_REFUSAL = (
+    "a default route (--default-route document) cannot keep the ranking of a cosine / L2 export of a variant whose "
+    "documents keep magnitude (dot, qnorm, learnable): that export appends a coordinate only documents get, and a "
+    "role-less query would get it too, so the store would rank wrongly. What works: --store dot "
+    "(an inner-product store) with --default-route document; dnorm or cosine with any store and --default-route; "
+    "or --store cosine / l2 without --default-route, with a stack that encodes queries with encode_query and "
+    "documents with encode_document."
+)
 
 
 def _check_store(store: str) -> str:
@@ -82,8 +100,15 @@ def preserved_metrics(model: SentenceTransformer) -> tuple[str, ...]:
 
 
 def _check_margin(margin: float) -> None:
-    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 1.0):
-        raise ValueError(f"margin must be a finite number >= 1, got {margin!r}")
+    problem = margin_problem(margin)
+    if problem:
+        raise ValueError(f"margin={margin!r}: {problem}")
+
+
+def _check_max_norm(max_norm: float | None) -> None:
+    problem = None if max_norm is None else max_norm_problem(max_norm)
+    if problem:
+        raise ValueError(f"max_norm={max_norm!r}: {problem}")
 
 
 def document_norm_bound(
@@ -129,6 +154,7 @@ def prepare_for_store(
     """
     _check_store(store)
     _check_margin(margin)
+    _check_max_norm(max_norm)
     base = _without_augment(model)
     if len(base) != len(list(model)):
         replace_modules(model, base)
@@ -151,6 +177,14 @@ def prepare_for_store(
         measured = document_norm_bound(model, documents, margin=1.0, batch_size=batch_size)
         if max_norm is None:
             max_norm = measured * margin
+            _check_max_norm(max_norm)
+        elif max_norm > MAX_MARGIN * measured:
+            raise ValueError(
+                f"max_norm={max_norm:.6g} is more than {MAX_MARGIN:g} times the largest sample document norm "
+                f"({measured:.6g}): float32 L2 distances (of size M²) could no longer tell the documents' scores "
+                f"apart. Use M in [{measured:.6g}, {MAX_MARGIN * measured:.6g}], or leave max_norm out to use "
+                f"margin × {measured:.6g}"
+            )
         elif measured > max_norm:
             with torch.no_grad():
                 emb = model.encode_document(list(documents), batch_size=batch_size, convert_to_tensor=True)
@@ -172,22 +206,25 @@ def prepare_for_store(
 def set_default_route(model: SentenceTransformer, route: str | None) -> SentenceTransformer:
     """Let a role-less ``encode()`` use ``route`` (``"document"``) instead of raising; ``None`` restores the refusal.
 
-    Trade-off: for role-unaware stacks (they call ``encode()`` for queries and documents) the top-k stays exact,
-    because encoding a query as a document changes its vector by a per-query factor only (``‖q‖^(γq−γd)``); their
-    scores are then scaled per query, and a symmetric use (STS, clustering) of an asymmetric model is no longer
-    refused. Only models with ST's query/document ``Router`` refuse a role-less encode; a ``RoleNormalize`` model
+    Trade-off: for role-unaware stacks (they call ``encode()`` for queries and documents) the top-k stays exact
+    under an inner-product store, and under any metric when documents are unit vectors (γd = 1: dnorm), because
+    encoding a query as a document changes its vector by a per-query factor only (``‖q‖^(γq−γd)``); their scores
+    are then scaled per query, and a symmetric use (STS, clustering) of an asymmetric model is no longer refused.
+    Only models with ST's query/document ``Router`` refuse a role-less encode; a ``RoleNormalize`` model
     (learnable) already falls back to the document role, with a warning.
+
+    A model carrying :class:`MIPSAugment` (a cosine / L2 export of a variant with γd < 1) is refused: a query
+    encoded as a document would get the documents' extra coordinate, and the store would rank wrongly.
     """
     if route is not None and route not in DEFAULT_ROUTES:
         raise ValueError(f"default route must be one of {DEFAULT_ROUTES} or None, got {route!r}")
+    if route is not None and any(isinstance(m, MIPSAugment) for m in model):
+        raise ValueError(ROLELESS_STORE_REFUSAL)
     first = next(iter(model), None)
     if isinstance(first, Router):
         first.default_route = route
     else:
         logger.info("set_default_route: the model has no query/document Router; a role-less encode already works")
-    for m in model:
-        if isinstance(m, MIPSAugment):
-            m.default_role = route or "document"
     return model
 
 
@@ -203,8 +240,20 @@ def convert_for_store(
     batch_size: int = 32,
 ) -> SentenceTransformer:
     """``st-magnitude convert MODEL SIMILARITY --store STORE`` in Python: :func:`~st_magnitude.apply_similarity`,
-    then :func:`prepare_for_store` and (opt-in) :func:`set_default_route`."""
+    then :func:`prepare_for_store` and (opt-in) :func:`set_default_route`.
+
+    A model that already carries a learnable γ̂ keeps it (``apply_similarity``'s default ``init_gamma=None``), so
+    the export ranks as the trained model does. ``default_route`` with a cosine / L2 store and a variant whose
+    documents keep magnitude (dot, qnorm, learnable) is refused before the model is touched
+    (:func:`set_default_route`).
+    """
     _check_store(store)
+    if (
+        default_route is not None
+        and store != "dot"
+        and (gammas_of(validate_similarity_name(similarity)) or (0, 0))[1] != 1
+    ):
+        raise ValueError(ROLELESS_STORE_REFUSAL)
     replace_modules(model, _without_augment(model))  # apply_similarity must see the bare backbone
     apply_similarity(model, similarity)
     prepare_for_store(model, store, max_norm=max_norm, documents=documents, margin=margin, batch_size=batch_size)

@@ -20,9 +20,6 @@ FORBIDDEN = {("json", "load"), ("json", "loads")}
 FORBIDDEN_NAMES = {"load_file", "safe_open"}
 #: modules still moving their readers behind the boundary; this set only shrinks (empty when the move is done)
 PENDING = {
-    "st_magnitude/cli/convert.py",
-    "st_magnitude/convert.py",
-    "st_magnitude/integrations/models.py",
     "st_magnitude/serving/onnx.py",
 }
 

@@ -11,16 +11,20 @@ Standard library only (the weights-header check imports nothing heavy either).
 
 from st_magnitude._trust.errors import InputFileError
 from st_magnitude._trust.json_files import Fields, check_name, parse_json_line, read_json
+from st_magnitude._trust.model_files import check_model_files
 from st_magnitude._trust.paths import UnsafeModelPathError, check_model_folder, contained, router_config
 from st_magnitude._trust.text import read_lines
+from st_magnitude._trust.weights import check_safetensors
 from st_magnitude._trust.write import write_json_atomic
 
 __all__ = [
     "Fields",
     "InputFileError",
     "UnsafeModelPathError",
+    "check_model_files",
     "check_model_folder",
     "check_name",
+    "check_safetensors",
     "contained",
     "parse_json_line",
     "read_json",

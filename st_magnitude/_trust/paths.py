@@ -34,6 +34,15 @@ def _refuse(root: Path, what: str, value: object) -> UnsafeModelPathError:
     )
 
 
+def _resolve(root: Path, path: Path) -> Path:
+    """``path.resolve()``, with a symlink loop as an :class:`UnsafeModelPathError` naming it (not a traceback)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # Python < 3.13: RuntimeError("Symlink loop"); later: OSError(ELOOP)
+        rel = path.relative_to(root).as_posix() if root in path.parents else str(path)
+        raise UnsafeModelPathError(root, f"the path {rel!r} is a symlink loop ({exc}); remove that link") from None
+
+
 def contained(root: str | os.PathLike, rel: object, what: str) -> Path:
     """``root / rel`` after checking that ``rel`` is a relative path that resolves (symlinks followed) inside
     ``root``; raises :class:`UnsafeModelPathError` naming ``what`` otherwise. ``""`` is ``root`` itself."""
@@ -42,8 +51,8 @@ def contained(root: str | os.PathLike, rel: object, what: str) -> Path:
         raise _refuse(root, what, rel) if rel is not None else UnsafeModelPathError(root, f"{what} is missing")
     if "\x00" in rel or PurePosixPath(rel).is_absolute() or PureWindowsPath(rel).is_absolute() or ":" in rel[:2]:
         raise _refuse(root, what, rel)
-    base = root.resolve()
-    target = (root / rel).resolve()
+    base = _resolve(root, root)
+    target = _resolve(root, root / rel)
     if target != base and base not in target.parents:
         raise _refuse(root, what, rel)
     return root / rel if rel else root
@@ -89,14 +98,14 @@ def check_model_folder(root: str | os.PathLike) -> None:
     root = Path(root)
     if not root.is_dir():
         return
-    base = root.resolve()
+    base = _resolve(root, root)
     # a Hugging Face cache snapshot (<repo>/snapshots/<revision>) links its files to <repo>/blobs: those may stay
     blobs = base.parent.parent / "blobs" if base.parent.name == "snapshots" else None
     for dirpath, dirnames, filenames in os.walk(root):  # does not descend into symlinked folders
         for name in dirnames + filenames:
             path = Path(dirpath, name)
             if path.is_symlink():
-                target = path.resolve()
+                target = _resolve(root, path)
                 if target == base or base in target.parents:
                     continue
                 if blobs is not None and target.parent == blobs and target.is_file():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from st_magnitude._similarity_names import gammas_of
 from st_magnitude.cli._args import (
     add_options,
     check_model_path,
     check_output_dir,
     positive_float,
     positive_int,
-    removed_on_failure,
     similarity_arg,
     similarity_names,
 )
@@ -18,6 +18,24 @@ from st_magnitude.cli._args import (
 # torch-free copies of st_magnitude.stores.STORES / DEFAULT_ROUTES (tests/serving/test_stores.py checks they agree)
 STORES = ("dot", "cosine", "l2")
 DEFAULT_ROUTES = ("document",)
+
+
+def check_max_norm(value: float | None, what: str) -> None:
+    """A one-line error for a bound M outside :data:`st_magnitude._store_limits.MAX_NORM_RANGE`."""
+    from st_magnitude._store_limits import max_norm_problem
+
+    problem = None if value is None else max_norm_problem(value)
+    if problem:
+        raise ValueError(f"{what} {value!r}: {problem}")
+
+
+def check_margin(value: float, what: str) -> None:
+    """A one-line error for a margin outside ``[1, MAX_MARGIN]`` (:mod:`st_magnitude._store_limits`)."""
+    from st_magnitude._store_limits import margin_problem
+
+    problem = margin_problem(value)
+    if problem:
+        raise ValueError(f"{what} {value!r}: {problem}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,7 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "that keeps document magnitude (dot, qnorm, learnable) append one coordinate so that metric ranks as trained "
         "(docs/deployment.md); it needs --max-norm or --norm-texts",
     )
-    p.add_argument("--max-norm", type=positive_float, default=None, help="the document-norm bound M for cosine / l2")
+    p.add_argument(
+        "--max-norm",
+        type=positive_float,
+        default=None,
+        help="the document-norm bound M for cosine / l2 (0 < M <= 1e18; about the largest document norm)",
+    )
     p.add_argument(
         "--norm-texts",
         default=None,
@@ -45,70 +68,70 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="documents to measure M on: a BEIR corpus.jsonl (title + text) or a text file, one document per line",
     )
     p.add_argument("--norm-max-texts", type=positive_int, default=10000, help="read at most this many (default 10000)")
-    p.add_argument("--norm-margin", type=positive_float, default=1.05, help="M = margin x largest norm (default 1.05)")
+    p.add_argument(
+        "--norm-margin", type=positive_float, default=1.05, help="M = margin x largest norm, 1 to 10 (default 1.05)"
+    )
     p.add_argument(
         "--default-route",
         choices=DEFAULT_ROUTES,
         default=None,
         help="opt-in: a role-less encode() uses the document route instead of raising, for stacks that cannot pass "
-        "a role; top-k stays exact, scores are scaled per query, and symmetric misuse is no longer refused",
+        "a role; top-k stays exact with --store dot (or a dnorm / cosine model), scores are scaled per query, and "
+        "symmetric misuse is no longer refused. Refused with --store cosine / l2 for dot, qnorm and learnable",
     )
     add_options(p, "--trust-remote-code")
 
 
 def read_texts(path: str, limit: int) -> list[str]:
-    """Up to ``limit`` documents of a BEIR ``corpus.jsonl`` (title + text, as the evaluators join them) or of a text
-    file with one document per line (blank lines skipped)."""
-    import json
-
+    """Up to ``limit`` documents of a BEIR ``corpus.jsonl`` (title + text, as the evaluators join them) or of a UTF-8
+    text file with one document per line (blank lines skipped); errors name the file and line."""
+    from st_magnitude._trust import Fields, InputFileError, parse_json_line, read_lines
     from st_magnitude.data.text import doc_text
 
     texts: list[str] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if len(texts) >= limit:
-                break
-            if not line.strip():
-                continue
-            if path.endswith(".jsonl"):
-                try:
-                    texts.append(doc_text(json.loads(line)))
-                except (json.JSONDecodeError, TypeError, AttributeError) as e:
-                    raise SystemExit(f"--norm-texts {path}: line {n} is not a JSON object with title/text: {e}")
-            else:
-                texts.append(line.rstrip("\n"))
+    for n, line in read_lines(path):
+        if len(texts) >= limit:
+            break
+        if path.endswith(".jsonl"):
+            doc = Fields(parse_json_line(line, path, n), path, str(n), what=f"line {n}")
+            title = doc.get("title", (str, type(None)), None)
+            text = doc.get("text", (str, type(None)), None)
+            texts.append(doc_text({"title": title, "text": text}))
+        else:
+            texts.append(line)
     if not texts:
-        raise SystemExit(f"--norm-texts {path}: no documents in the file")
+        raise InputFileError(path, "no documents in the file (--norm-texts)")
     return texts
 
 
 def run(args: argparse.Namespace) -> int:
     check_model_path(args.model)
     check_output_dir(args.output, "--output", must_be_empty=True)
+    check_max_norm(args.max_norm, "--max-norm")
+    check_margin(args.norm_margin, "--norm-margin")
     texts = read_texts(args.norm_texts, args.norm_max_texts) if args.norm_texts else None
-    if args.norm_margin < 1.0:
-        raise SystemExit(f"--norm-margin must be >= 1, got {args.norm_margin}")
+    if args.default_route and args.store != "dot" and (gammas_of(args.similarity) or (0, 0))[1] != 1:
+        from st_magnitude.stores import ROLELESS_STORE_REFUSAL
 
+        raise ValueError(ROLELESS_STORE_REFUSAL)  # before loading the model
+
+    from st_magnitude._model_save import save_model
     from st_magnitude.integrations.models import load_model
     from st_magnitude.model_info import model_gammas
     from st_magnitude.modules.mips_augment import MIPSAugment
     from st_magnitude.stores import convert_for_store
 
     model = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
-    try:
-        convert_for_store(
-            model,
-            args.similarity,
-            args.store,
-            max_norm=args.max_norm,
-            documents=texts,
-            margin=args.norm_margin,
-            default_route=args.default_route,
-        )
-    except ValueError as e:
-        raise SystemExit(f"convert: {e}")
-    with removed_on_failure(args.output):
-        model.save(args.output)
+    convert_for_store(
+        model,
+        args.similarity,
+        args.store,
+        max_norm=args.max_norm,
+        documents=texts,
+        margin=args.norm_margin,
+        default_route=args.default_route,
+    )
+    save_model(model, args.output)
     gq, gd = model_gammas(model) or (float("nan"), float("nan"))
     extra = [f"store={args.store}"]
     aug = [m for m in model if isinstance(m, MIPSAugment)]

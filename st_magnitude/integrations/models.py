@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from st_magnitude._trust.paths import check_model_folder
+from st_magnitude._trust import check_model_files, check_model_folder, read_json
 from st_magnitude.convert import apply_similarity
 from st_magnitude.integrations.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
 from st_magnitude.model_info import carried_similarity, is_asymmetric, model_gammas
@@ -55,12 +55,7 @@ class RemoteCodeError(ValueError):
 
 
 def _read_json(path: str | None) -> Any:
-    if path is None or not Path(path).is_file():
-        return None
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc}); expected a sentence-transformers config file.") from exc
+    return None if path is None or not Path(path).is_file() else read_json(path)
 
 
 def _own_class(ref: str) -> type | None:
@@ -134,6 +129,8 @@ def inspect_model_code(model_name_or_path: str) -> dict[str, Any]:
     entries = _read_json(fetch("modules.json")) or []
     folders = [""]
     for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            raise ValueError(f"{model_name_or_path}: modules.json: every entry must be an object, got {entry!r}")
         ref, sub = entry.get("type", ""), entry.get("path", "") or ""
         classify(ref, "modules.json")
         if sub:
@@ -257,6 +254,7 @@ def _load_path(path: str, device: str | None, trust_remote_code: bool):
         if not (Path(path) / "modules.json").is_file() and not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"{path} is not a SentenceTransformer folder (no modules.json/config.json).")
         check_model_folder(path)  # every sub-folder it names (and every symlink in it) stays inside it
+        check_model_files(path)  # every config file and weights header read through the trust boundary first
     elif os.path.isabs(path) or path.startswith(".") or path.count("/") != 1:
         raise FileNotFoundError(f"model folder {path!r} does not exist (a hub id has the form 'organisation/name').")
     try:

@@ -15,22 +15,34 @@ A document whose norm exceeds M gets 0 as its extra coordinate and keeps its nor
 scored ``q·d / (‖q‖ ‖d‖)`` — below its trained rank when ``q·d > 0`` — and under L2 it is pushed away by
 ``‖d‖² − M²``. The module counts such documents (``n_over_bound``) and warns (:class:`NormBoundWarning`).
 
+An input without a role is refused (``default_role=None``, what :func:`~st_magnitude.stores.prepare_for_store`
+builds): a stack that calls plain ``encode()`` for queries and documents would give its queries the documents'
+extra coordinate, and cosine / L2 would no longer rank as trained.
+
 No sentence-transformers built-in module can append a norm-dependent coordinate, so a saved model that holds this
 module loads in stock sentence-transformers only with st-magnitude installed and ``trust_remote_code=True``.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from st_magnitude._store_limits import max_norm_problem
 from st_magnitude._warnings import NormBoundWarning
 from st_magnitude.modules._io import ConfigWeightsModule
 from st_magnitude.modules.role_normalize import ROLES, resolve_role
+
+#: why a role-less input is refused, and what works instead
+ROLELESS_REFUSAL = (
+    "MIPSAugment: encode() without a query/document role. This export appends a coordinate that only documents get, "
+    "so with queries and documents encoded alike a cosine or L2 store no longer ranks as trained. Encode queries "
+    "with encode_query and documents with encode_document; a stack that cannot pass a role needs an inner-product "
+    "store (convert ... --store dot --default-route document) or a dnorm / cosine model (any store)."
+)
 
 
 class MIPSAugment(ConfigWeightsModule):
@@ -39,20 +51,22 @@ class MIPSAugment(ConfigWeightsModule):
     Args:
         max_norm: the bound M (> 0), at least the norm of every document the model will index.
         dimension: the input embedding dimension (the output has one more).
-        default_role: the role of an ``encode()`` without a task (``"document"``, as ST's query/document Router).
+        default_role: the role of an ``encode()`` without a task; ``None`` (default) refuses such an input (see the
+            module docstring).
     """
 
     config_keys: list[str] = ["max_norm", "dimension", "default_role"]
     forward_kwargs: set[str] = {"task"}
 
-    def __init__(self, max_norm: float, dimension: int, default_role: str = "document") -> None:
+    def __init__(self, max_norm: float, dimension: int, default_role: str | None = None) -> None:
         super().__init__()
-        if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and max_norm > 0):
-            raise ValueError(f"max_norm must be a finite number > 0, got {max_norm!r}")
+        problem = max_norm_problem(max_norm)
+        if problem:
+            raise ValueError(f"max_norm={max_norm!r}: {problem}")
         if not (isinstance(dimension, int) and dimension > 0):
             raise ValueError(f"dimension must be a positive integer, got {dimension!r}")
-        if default_role not in ROLES:
-            raise ValueError(f"default_role must be one of {ROLES}, got {default_role!r}")
+        if default_role is not None and default_role not in ROLES:
+            raise ValueError(f"default_role must be one of {ROLES} or None, got {default_role!r}")
         self.max_norm = float(max_norm)
         self.dimension = int(dimension)
         self.default_role = default_role
@@ -65,6 +79,8 @@ class MIPSAugment(ConfigWeightsModule):
         return {"max_norm": self.max_norm, "dimension": self.dimension, "default_role": self.default_role}
 
     def resolve_role(self, task: Any) -> str:
+        if task is None and self.default_role is None:
+            raise ValueError(ROLELESS_REFUSAL)
         return resolve_role("MIPSAugment", task, self.default_role, "Encode with encode_query / encode_document.")
 
     def augment(self, emb: Tensor, role: str) -> Tensor:

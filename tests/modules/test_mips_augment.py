@@ -61,7 +61,10 @@ def test_roles_and_forward():
     feats = {"sentence_embedding": torch.tensor([[1.0, 0.0]])}
     assert aug(dict(feats), task="passage")["sentence_embedding"][0, 2].item() == pytest.approx(math.sqrt(3))
     assert aug(dict(feats), task="query")["sentence_embedding"][0, 2].item() == 0.0
-    assert aug(dict(feats))["sentence_embedding"][0, 2].item() == pytest.approx(math.sqrt(3))  # default: document
+    with pytest.raises(ValueError, match="without a query/document role"):
+        aug(dict(feats))  # a role-less input would rank wrongly under cosine / L2: refused by default
+    routed = MIPSAugment(2.0, 2, default_role="document")
+    assert routed(dict(feats))["sentence_embedding"][0, 2].item() == pytest.approx(math.sqrt(3))
     with pytest.raises(ValueError, match="valid roles"):
         aug(dict(feats), task="title")
     with pytest.raises(ValueError, match="expects 2-d"):
@@ -69,9 +72,9 @@ def test_roles_and_forward():
 
 
 def test_save_and_load(tmp_path):
-    aug = MIPSAugment(3.5, 4, default_role="document")
+    aug = MIPSAugment(3.5, 4)
     aug.save(str(tmp_path))
     back = MIPSAugment.load(str(tmp_path))
-    assert (back.max_norm, back.dimension, back.default_role) == (3.5, 4, "document")
+    assert (back.max_norm, back.dimension, back.default_role) == (3.5, 4, None)
     assert back.get_embedding_dimension() == 5
     assert not list(tmp_path.glob("*.safetensors"))  # no parameters, config only

@@ -107,7 +107,7 @@ def test_errors_name_what_is_allowed(make_model):
         convert_for_store(make_model(), "qnorm", "ip")
     with pytest.raises(ValueError, match="pass max_norm=M or documents="):
         convert_for_store(make_model(), "qnorm", "cosine")
-    with pytest.raises(ValueError, match="margin must be"):
+    with pytest.raises(ValueError, match=r"margin must lie in \[1, 10\]"):
         convert_for_store(make_model(), "qnorm", "cosine", documents=["a b"], margin=0.5)
     with pytest.raises(ValueError, match="default route must be one of"):
         convert_for_store(make_model(), "qnorm", default_route="query")
@@ -165,24 +165,19 @@ def test_cli_store_and_default_route(saved_tiny, tmp_path, toy_queries, toy_docs
 
     texts = tmp_path / "docs.txt"
     texts.write_text("\n".join(toy_docs) + "\n")
-    out2 = tmp_path / "qnorm-l2-route"
-    args = [
-        "convert",
-        str(saved_tiny),
-        "qnorm",
-        "--store",
-        "l2",
-        "--norm-texts",
-        str(texts),
-        "--default-route",
-        "document",
-    ]
-    assert main([*args, "-o", str(out2)]) == 0
+    out2 = tmp_path / "qnorm-l2"
+    assert (
+        main(["convert", str(saved_tiny), "qnorm", "--store", "l2", "--norm-texts", str(texts), "-o", str(out2)]) == 0
+    )
+    assert load_model(str(out2)).encode_document(["a b"]).shape == (1, 33)
+    route = ["convert", str(saved_tiny), "qnorm", "--default-route", "document"]
+    assert main([*route, "--store", "l2", "--norm-texts", str(texts), "-o", str(tmp_path / "r")]) == 2
+    assert "cannot keep the ranking" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    assert main([*route, "-o", str(tmp_path / "r")]) == 0  # an inner-product store: exact for role-less callers
     assert "default_route=document" in capsys.readouterr().out
-    assert load_model(str(out2)).encode(["a b"]).shape == (1, 33)
 
-    with pytest.raises(SystemExit, match="pass max_norm=M or documents="):
-        main(["convert", str(saved_tiny), "qnorm", "--store", "l2", "-o", str(tmp_path / "x")])
+    assert main(["convert", str(saved_tiny), "qnorm", "--store", "l2", "-o", str(tmp_path / "x")]) == 2
+    assert "pass max_norm=M or documents=" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
     assert main(["convert", str(saved_tiny), "qnorm", "--store", "ip", "-o", str(tmp_path / "y")]) == 2
     assert "invalid choice: 'ip'" in capsys.readouterr().err

@@ -1,0 +1,185 @@
+"""What ``strip`` changes in a saved model folder, decided and checked before anything is written or deleted.
+
+:func:`plan_strip` reads ``modules.json``, every ``Router`` config and ``config_sentence_transformers.json`` through
+the trust boundary (each error names the file and the key) and decides which trailing ``Normalize`` entries go, which
+route-end ``Normalize`` keys leave each Router, and which folders are deleted with them. A folder is deleted only when
+it lies strictly inside the model folder and no other entry uses it: not the model folder itself (a ``path`` of ``.``
+or ``./`` would delete the whole model), not a folder another ``modules.json`` entry or Router key names (a dropped
+``Normalize`` whose ``path`` is ``1_Pooling`` would delete the kept Pooling), not a folder holding one nor one inside
+one. Anything else is refused with an :class:`~st_magnitude._trust.InputFileError` before a byte is written.
+:func:`apply_strip_plan` then makes the planned edit on a copy (the staging folder).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from st_magnitude._trust import Fields, InputFileError, contained, read_json, router_config, write_json_atomic
+
+__all__ = ["StripPlan", "apply_strip_plan", "plan_strip"]
+
+
+def is_normalize_type(type_str: str) -> bool:
+    """True for ST's ``Normalize`` class path (``sentence_transformers.….Normalize``)."""
+    return type_str.rsplit(".", 1)[-1] == "Normalize" and type_str.startswith("sentence_transformers.")
+
+
+@dataclass
+class StripPlan:
+    """The edit: ``modules`` (the kept entries), each Router config to rewrite (relative file → content), the
+    folders to delete (relative to the model folder), and the counts of removed / kept inner ``Normalize``."""
+
+    modules: list[dict[str, Any]]
+    router_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+    st_config: dict[str, Any] = field(default_factory=dict)
+    removed: int = 0
+    inner: int = 0
+
+
+@dataclass
+class _Use:
+    folder: Path  # resolved
+    what: str
+    owner: str | None = None  # a Router's folder owns its keys' folders (they lie inside it by design)
+
+
+def _entries(root: Path) -> tuple[Path, list[Fields]]:
+    file = root / "modules.json"
+    entries = read_json(file)
+    if not isinstance(entries, list):
+        raise InputFileError(file, f"must hold a list of module entries, got {type(entries).__name__}")
+    fields = [Fields(e, file, f"entry {i}", what=f"entry {i}") for i, e in enumerate(entries)]
+    for f in fields:
+        f.get("type", str)
+        f.get("path", str, "")
+    return file, fields
+
+
+def _router(root: Path, folder: Path, at_end: bool) -> tuple[Path, dict[str, Any], list[str], int, int] | None:
+    """``(config file, new config, keys to delete, removed, inner)`` of the Router saved in ``folder``."""
+    found = router_config(folder)
+    if found is None:
+        return None
+    file, cfg = found
+    f = Fields(cfg, file)
+    types = f.get("types", dict, {})
+    structure = f.get("structure", dict, {})
+    for key, type_str in types.items():
+        if not isinstance(type_str, str):
+            raise f.error(f"types.{key}", f"must be a string (a module class path), got {type_str!r}")
+    removed = inner = 0
+    new_structure: dict[str, list[str]] = {}
+    for route, keys in structure.items():
+        if not (isinstance(keys, list) and all(isinstance(k, str) and k in types for k in keys)):
+            raise f.error(f"structure.{route}", f"must list keys of 'types' ({sorted(types)}), got {keys!r}")
+        keys = list(keys)
+        while at_end and keys and is_normalize_type(types[keys[-1]]):
+            keys.pop()
+            removed += 1
+        inner += sum(1 for k in keys if is_normalize_type(types[k]))
+        new_structure[route] = keys
+    used = {k for keys in new_structure.values() for k in keys}
+    gone = [k for k, t in types.items() if is_normalize_type(t) and k not in used]
+    new_cfg = {**cfg, "types": {k: t for k, t in types.items() if k not in gone}, "structure": new_structure}
+    return file, new_cfg, gone, removed, inner
+
+
+def _inside(folder: Path, other: Path) -> bool:
+    return other in folder.parents
+
+
+def _check_deletion(root: Path, base: Path, file: Path, where: str, target: _Use, uses: list[_Use]) -> None:
+    folder = target.folder
+    if folder == base or not _inside(folder, base):
+        raise InputFileError(
+            file,
+            f"{where} names the model folder itself as a dropped Normalize's folder; deleting it would delete the "
+            "whole model. A module's path is its own sub-folder (e.g. '2_Normalize'): fix that entry.",
+        )
+    for use in uses:
+        if use is target:
+            continue
+        clash = (
+            "is"
+            if folder == use.folder
+            else "holds"
+            if _inside(use.folder, folder)
+            else "lies inside"
+            if use.folder != base and use.folder != target.owner and _inside(folder, use.folder)
+            else None
+        )
+        if clash:
+            rel = use.folder.relative_to(base).as_posix() or "."
+            raise InputFileError(
+                file,
+                f"{where}: the dropped Normalize's folder {clash} the folder {rel!r} of {use.what}; deleting it would "
+                "break the kept model. Each module needs a folder of its own: fix that entry.",
+            )
+
+
+def plan_strip(root: Path) -> StripPlan:
+    """The strip edit of the saved model folder ``root``, checked (module docstring); reads, never writes."""
+    root = Path(root)
+    base = root.resolve()
+    modules_file, entries = _entries(root)
+    types = [e.get("type", str) for e in entries]
+    n_kept = len(entries)
+    while n_kept and is_normalize_type(types[n_kept - 1]):
+        n_kept -= 1
+    plan = StripPlan(modules=[e.obj for e in entries[:n_kept]])
+    plan.removed = len(entries) - n_kept
+    plan.inner = sum(1 for t in types[:n_kept] if is_normalize_type(t))
+
+    uses: list[_Use] = []
+    doomed: list[tuple[_Use, Path, str]] = []
+    for i, entry in enumerate(entries):
+        rel = entry.get("path", str, "")
+        use = _Use(contained(root, rel, f"modules.json entry {i} path").resolve(), f"modules.json entry {i}")
+        uses.append(use)
+        if i >= n_kept and rel:
+            doomed.append((use, modules_file, f"entry {i} key 'path' ({rel!r})"))
+        if i < n_kept and types[i].endswith(".Router"):
+            folder = root / rel if rel else root
+            router = _router(root, folder, at_end=i == n_kept - 1)
+            if router is None:
+                continue
+            file, cfg, gone, removed, inner = router
+            plan.removed += removed
+            plan.inner += inner
+            shown = file.relative_to(root).as_posix()
+            for key in cfg["types"]:
+                uses.append(_Use((folder / key).resolve(), f"{shown} key {key!r}", owner=use.folder))
+            for key in gone:
+                key_use = _Use((folder / key).resolve(), f"{shown} key {key!r}", owner=use.folder)
+                uses.append(key_use)
+                doomed.append((key_use, file, f"types key {key!r}"))
+            if removed or gone:
+                plan.router_configs[shown] = cfg
+    for use, file, where in doomed:
+        _check_deletion(root, base, file, where, use, uses)
+        if use.folder.is_dir():
+            plan.delete.append(use.folder.relative_to(base).as_posix())
+
+    st_file = root / "config_sentence_transformers.json"
+    plan.st_config = Fields(read_json(st_file), st_file).obj if st_file.is_file() else {}
+    return plan
+
+
+def apply_strip_plan(plan: StripPlan, stage: Path, similarity_fn_name: str) -> None:
+    """Make ``plan`` on ``stage`` (a copy of the planned folder)."""
+    write_json_atomic(stage / "modules.json", plan.modules)
+    for rel, cfg in plan.router_configs.items():
+        write_json_atomic(stage / rel, cfg)
+    for rel in dict.fromkeys(plan.delete):
+        folder = stage / rel
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+        elif folder.is_symlink():
+            folder.unlink()
+    write_json_atomic(
+        stage / "config_sentence_transformers.json", {**plan.st_config, "similarity_fn_name": similarity_fn_name}
+    )
