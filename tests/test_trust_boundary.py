@@ -38,7 +38,6 @@ PENDING = {
     "st_magnitude/replication/report.py",
     "st_magnitude/replication/resume.py",
     "st_magnitude/replication/runner.py",
-    "st_magnitude/serving/onnx.py",
 }
 
 
