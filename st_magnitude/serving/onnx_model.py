@@ -33,6 +33,15 @@ class OnnxBacked:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
 
+    def __iter__(self):  # the module list (what describes the model's similarity)
+        return iter(self._model)
+
+    def __len__(self) -> int:
+        return len(self._model)
+
+    def __getitem__(self, index):
+        return self._model[index]
+
     def _encode(self, role: str, texts: Sequence[str] | str, batch_size: int = 32, **kw: Any):
         to_tensor = kw.pop("convert_to_tensor", False)
         kw.pop("convert_to_numpy", None)
