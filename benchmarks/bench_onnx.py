@@ -74,12 +74,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    p.add_argument(
+        "--parts",
+        default="speed,ndcg",
+        help="speed (the subsample, per thread count), ndcg (nDCG@10 on --ndcg-corpus) or both (default)",
+    )
     p.add_argument("--json", default=None, help="write the results here (rewritten after every step)")
     args = p.parse_args(argv)
     if args.reduced:
         args.max_queries, args.max_corpus, args.ndcg_corpus = 60, 200, 400
     args.threads = [int(t) for t in args.threads.split(",")]
     args.backends = [b for b in args.backends.split(",") if b]
+    args.parts = set(args.parts.split(","))
+    if not args.parts or args.parts - {"speed", "ndcg"}:
+        p.error(f"--parts must name speed, ndcg or both, got {sorted(args.parts)}")
     unknown = [b for b in args.backends if b not in EXPORTS]
     if unknown or any(t < 1 for t in args.threads):
         p.error(f"backends must be from {', '.join(EXPORTS)} and threads >= 1 (got {unknown}, {args.threads})")
@@ -166,7 +174,7 @@ def main(argv=None) -> dict:
             return (enc.encode_query if role == "query" else enc.encode_document)(texts, batch_size=bs)
 
         ref = {}
-        for threads in args.threads:
+        for threads in args.threads if "speed" in args.parts else ():
             for b in ["torch", *args.backends]:
                 encode(b, threads, "document", docs[:bs])  # warm up (sessions, allocations)
                 d, wall, cpu = timed(lambda b=b: encode(b, threads, "document", docs))
@@ -183,7 +191,8 @@ def main(argv=None) -> dict:
                 print(_row_line(row), flush=True)
                 save()
         threads = args.threads[-1]
-        for b in ["torch", *sorted(args.backends, key=lambda b: "int8" not in b)]:  # the quantized first
+        ndcg_backends = ["torch", *sorted(args.backends, key=lambda b: "int8" not in b)]  # the quantized first
+        for b in ndcg_backends if "ndcg" in args.parts else ():
             q = torch.from_numpy(np.asarray(encode(b, threads, "query", ev.queries)))
             d, wall, cpu = timed(lambda b=b: encode(b, threads, "document", ev.corpus_texts))
             metrics = ev.evaluate_embeddings(q, torch.from_numpy(np.asarray(d)), score_fn)
