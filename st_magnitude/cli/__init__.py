@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 COMMANDS: dict[str, str] = {
     "strip": "remove every trailing Normalize module from a saved model (file level, no weights loaded)",
     "convert": "make a model carry a similarity variant (apply_similarity) and save it",
+    "export": "export a model to one ONNX graph per role (fused, optionally int8) for ONNX Runtime",
     "inspect": "print which similarity a model serves and whether it needs roles",
     "evaluate": "retrieval evaluation with the model's own roles: nDCG@10, Recall@100, MRR@10, pooled AUC per dataset",
     "mteb": "run mteb's own CLI with a local model folder and local BEIR folders as tasks",

@@ -39,6 +39,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, "--max-seq-length", "--on-missing")
     add_option(p, "--batch-size", default=32)
     add_options(p, "--threads")
+    p.add_argument(
+        "--backend",
+        choices=("torch", "onnx", "onnx-int8"),  # integrations.evaluate.BACKENDS (not imported for --help)
+        default="torch",
+        help="encode with the torch model, or with its ONNX export on ONNX Runtime (onnx: f32 fused, the same vectors "
+        "to 1e-5; onnx-int8: int8 weights, the ranking moves); the export goes to a temporary folder (default torch)",
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
     add_options(p, "--trust-remote-code")
 
@@ -56,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         args.data,
         roles_required=args.require_roles,
+        threads=args.threads,
+        backend=args.backend,
         **values(args, *SUBSAMPLE, "similarity", "max_seq_length", "on_missing", "batch_size", "trust_remote_code"),
     )
     print(f"model: {args.model}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,10 +25,12 @@ from st_magnitude.similarity import PowerNormSimilarity, Similarity, get_similar
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PER_QUERY_KEY", "evaluate_folders", "evaluate_model", "format_table"]
+__all__ = ["BACKENDS", "PER_QUERY_KEY", "evaluate_folders", "evaluate_model", "format_table"]
 
 #: Key of the per-query nDCG@10 (``{query id: score}``) in :func:`evaluate_model`'s row with ``per_query=True``.
 PER_QUERY_KEY = "per_query_ndcg@10"
+#: what encodes in :func:`evaluate_folders`: the torch model, or its ONNX export (f32 fused, or int8) on ONNX Runtime
+BACKENDS = ("torch", "onnx", "onnx-int8")
 TABLE_COLUMNS = ("ndcg@10", "recall@100", "mrr@10", "pooled_auc", "per_query_auc")
 
 
@@ -177,14 +181,23 @@ def evaluate_folders(
     batch_size: int = 32,
     show_progress_bar: bool = False,
     trust_remote_code: bool = False,
+    backend: str = "torch",
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`evaluate_model` on each BEIR folder (optionally NanoBEIR-style subsampled, stated in each row).
 
     ``max_corpus`` / ``max_queries``: ``None`` keeps everything; a number must be >= 1 (0 is refused, not "no
     limit"). ``trust_remote_code``: see :func:`~st_magnitude.integrations.models.load_model` (off by default).
+    ``backend``: one of :data:`BACKENDS`; ``"onnx"`` / ``"onnx-int8"`` export the model to a temporary folder
+    (:func:`~st_magnitude.serving.onnx.export_onnx`) and encode with ONNX Runtime on ``threads`` threads, scoring
+    with the model's own similarity (not with ``similarity``, which needs the raw embeddings).
     """
     if not folders:
         raise ValueError("no dataset given: pass at least one BEIR folder (--data)")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend != "torch" and similarity is not None:
+        raise ValueError("similarity rescores raw embeddings, which the ONNX graphs do not emit: use backend torch")
     if similarity is not None:
         _rescoring_similarity(similarity)  # validate the name before any work
     datasets = []
@@ -194,17 +207,24 @@ def evaluate_folders(
             data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
         datasets.append(data)
     model = load_model(model, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code)
-    return [
-        evaluate_model(
-            model,
-            d,
-            similarity=similarity,
-            roles_required=roles_required,
-            batch_size=batch_size,
-            show_progress_bar=show_progress_bar,
-        )
-        for d in datasets
-    ]
+    with contextlib.ExitStack() as stack:
+        if backend != "torch":
+            from st_magnitude.serving.onnx_model import onnx_backed
+
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="st-magnitude-onnx-"))
+            quantize = "int8" if backend == "onnx-int8" else "none"
+            model = onnx_backed(model, os.path.join(tmp, "export"), quantize=quantize, threads=threads)
+        return [
+            evaluate_model(
+                model,
+                d,
+                similarity=similarity,
+                roles_required=roles_required,
+                batch_size=batch_size,
+                show_progress_bar=show_progress_bar,
+            )
+            for d in datasets
+        ]
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:

@@ -4,8 +4,15 @@
 with torch's TorchScript-based ONNX exporter (``torch.onnx.export(..., dynamo=False)``; it needs only the ``onnx``
 package), so each graph emits exactly what ``encode_query`` / ``encode_document`` emit — the ``Router`` route, the
 ``Normalize`` / :class:`~st_magnitude.modules.RoleNormalize` rescaling and a
-:class:`~st_magnitude.modules.MIPSAugment` coordinate included. The tokenizer is saved next to the graphs;
-:class:`OnnxEncoder` tokenizes like the model and runs the graph of the requested role.
+:class:`~st_magnitude.modules.MIPSAugment` coordinate included. By default the graphs are then fused by ONNX
+Runtime's transformer optimizer (float32, :mod:`st_magnitude.serving.onnx_graphs`); ``quantize="int8"`` also
+quantizes their weights. The tokenizer is saved next to the graphs; :class:`OnnxEncoder` tokenizes like the model,
+batches texts sorted by length as sentence-transformers does, and runs the graph of the requested role.
+
+The export writes only into a new or empty folder, through a staging folder renamed into place at the end, so an
+interrupted export leaves nothing behind and never overwrites a model's files. Both graphs carry one identity (a hash
+of the model's weights and the export settings) that the folder's ``st_magnitude_onnx.json`` records;
+:class:`OnnxEncoder` refuses a graph whose identity or role differs, naming the file.
 
 Not carried into the graph: the :class:`~st_magnitude.NormBoundWarning` of an augmented model (the graph still
 clamps the extra coordinate at 0), and ``encode``'s ``normalize_embeddings`` / ``truncate_dim`` options (a converted
@@ -14,9 +21,13 @@ model carries its own rescaling).
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
-from collections.abc import Sequence
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +35,27 @@ import numpy as np
 import torch
 from torch import nn
 
+from st_magnitude._trust import Fields, InputFileError, contained, read_json, write_json_atomic
 from st_magnitude.serving.metric import import_stack
+from st_magnitude.serving.onnx_graphs import (
+    KEEP_F32,
+    QUANTIZATIONS,
+    fuse,
+    model_identity,
+    quantize_int8,
+    stamp,
+    stamp_of,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ROLE_GRAPHS", "OnnxEncoder", "export_onnx"]
+__all__ = ["KEEP_F32", "QUANTIZATIONS", "ROLE_GRAPHS", "OnnxEncoder", "export_onnx"]
 
 #: the graphs :func:`export_onnx` writes, by role
 ROLE_GRAPHS = {"query": "query.onnx", "document": "document.onnx"}
 _CONFIG = "st_magnitude_onnx.json"
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_CONFIG_KEYS = ("inputs", "max_seq_length", "dimension", "similarity", "optimize", "quantize", "keep_f32", "identity")
 
 
 class _RoleGraph(nn.Module):
@@ -47,43 +70,145 @@ class _RoleGraph(nn.Module):
         return self.model(features, task=self.role)["sentence_embedding"]
 
 
-def export_onnx(model: Any, folder: str | Path, opset: int = 17) -> Path:
+def export_onnx(
+    model: Any,
+    folder: str | Path,
+    opset: int = 17,
+    *,
+    optimize: bool = True,
+    quantize: str = "none",
+    keep_f32: str = KEEP_F32,
+) -> Path:
     """Write ``query.onnx``, ``document.onnx``, the tokenizer and a small config to ``folder``; returns it.
 
     The graphs take the tokenizer's outputs (``input_ids``, ``attention_mask``, and ``token_type_ids`` when the
     tokenizer makes them) with dynamic batch and sequence axes, and output ``sentence_embedding`` ``[batch, dim]``.
+
+    Args:
+        model: the SentenceTransformer (converted or not).
+        folder: a new or empty folder (anything else is refused: the export would overwrite its files).
+        opset: ONNX opset of the traced graphs.
+        optimize: fuse attention, LayerNorm and GELU with ONNX Runtime's transformer optimizer (float32; the vectors
+            stay within 1e-5 of torch's).
+        quantize: ``"none"`` or ``"int8"`` (weights per output channel; faster, and the ranking moves: see
+            docs/deployment.md).
+        keep_f32: with ``quantize="int8"``, a regular expression on ``MatMul`` node names to keep in float32
+            (default :data:`~st_magnitude.serving.onnx_graphs.KEEP_F32`, the feed-forward output matrices; ``""``
+            quantizes them all).
     """
-    import_stack("onnx", "onnx")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    was_training = model.training
-    model.eval()
-    tokenizer, max_len = _tokenizer(model)
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}")
     try:
+        re.compile(keep_f32)
+    except re.error as exc:
+        raise ValueError(f"keep_f32 must be a regular expression: {exc}") from None
+    keep_f32 = keep_f32 if quantize == "int8" else ""
+    import_stack("onnx", "onnx")
+    if optimize or quantize != "none":
+        import_stack("onnxruntime", "onnxruntime")
+    target = _new_or_empty(Path(folder))
+    tokenizer, max_len = _tokenizer(model)
+    settings = {
+        "opset": opset,
+        "optimize": bool(optimize),
+        "quantize": quantize,
+        "keep_f32": keep_f32,
+        "max_seq_length": max_len,
+    }
+    identity = model_identity(model, settings)
+    with _staged(target) as stage:
+        was_training = model.training
+        model.eval()
+        try:
+            with _eager_attention(model, enabled=optimize):
+                for role, file in ROLE_GRAPHS.items():
+                    names = _trace(model, role, stage / file, opset)
+        finally:
+            model.train(was_training)
         for role, file in ROLE_GRAPHS.items():
-            example = model.preprocess(["an example sentence to trace", "and a second one"], task=role)
-            names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in example]
-            args = tuple(example[k] for k in names)
-            axes = {k: {0: "batch", 1: "sequence"} for k in names}
-            axes["sentence_embedding"] = {0: "batch"}
-            with torch.no_grad():
-                torch.onnx.export(
-                    _RoleGraph(model, role, names),
-                    args,
-                    str(folder / file),
-                    input_names=names,
-                    output_names=["sentence_embedding"],
-                    dynamic_axes=axes,
-                    opset_version=opset,
-                    dynamo=False,
-                )
-    finally:
-        model.train(was_training)
-    tokenizer.save_pretrained(str(folder))
-    config = {"inputs": names, "max_seq_length": max_len, "dimension": model.get_embedding_dimension()}
-    (folder / _CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
-    logger.info("export_onnx: wrote %s to %s", sorted(ROLE_GRAPHS.values()), folder)
+            if optimize:
+                fuse(stage / file, model)
+            if quantize == "int8":
+                quantize_int8(stage / file, keep_f32)
+            stamp(stage / file, identity, role)
+        tokenizer.save_pretrained(str(stage))
+        config = {
+            "inputs": names,
+            "max_seq_length": max_len,
+            "dimension": model.get_embedding_dimension(),
+            "similarity": getattr(model, "similarity_fn_name", None),
+            "optimize": bool(optimize),
+            "quantize": quantize,
+            "keep_f32": keep_f32,
+            "identity": identity,
+        }
+        write_json_atomic(stage / _CONFIG, config)
+    logger.info("export_onnx: wrote %s to %s (%s)", sorted(ROLE_GRAPHS.values()), target, settings)
+    return target
+
+
+def _new_or_empty(folder: Path) -> Path:
+    if folder.exists() or folder.is_symlink():
+        if not folder.is_dir() or folder.is_symlink():
+            raise FileExistsError(f"{folder} exists and is not a folder: export_onnx writes a new or empty folder")
+        if any(folder.iterdir()):
+            raise FileExistsError(
+                f"{folder} is not empty: export_onnx writes only into a new or empty folder (it would overwrite the "
+                "files there, a model's tokenizer or an earlier export's graphs); choose another folder"
+            )
     return folder
+
+
+@contextlib.contextmanager
+def _staged(target: Path) -> Iterator[Path]:
+    """A staging folder beside ``target``, renamed to it when the block ends without error, removed otherwise."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"))
+    try:
+        yield stage
+        _new_or_empty(target)  # nothing appeared there while exporting
+        os.replace(stage, target)  # onto a missing or empty folder: one rename
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _trace(model: Any, role: str, path: Path, opset: int) -> list[str]:
+    example = model.preprocess(["an example sentence to trace", "and a second one"], task=role)
+    names = [k for k in _INPUTS if k in example]
+    axes: dict[str, dict[int, str]] = {k: {0: "batch", 1: "sequence"} for k in names}
+    axes["sentence_embedding"] = {0: "batch"}
+    with torch.no_grad():
+        torch.onnx.export(
+            _RoleGraph(model, role, names),
+            tuple(example[k] for k in names),
+            str(path),
+            input_names=names,
+            output_names=["sentence_embedding"],
+            dynamic_axes=axes,
+            opset_version=opset,
+            dynamo=False,
+        )
+    return names
+
+
+@contextlib.contextmanager
+def _eager_attention(model: Any, enabled: bool) -> Iterator[None]:
+    """Trace with eager attention (the pattern the optimizer fuses); the model's own setting is restored after."""
+    changed = []
+    if enabled:
+        for m in model.modules():
+            setter = getattr(m, "set_attn_implementation", None)
+            config = getattr(m, "config", None)
+            current = getattr(config, "_attn_implementation", None)
+            if setter is not None and current not in (None, "eager"):
+                setter("eager")
+                changed.append((setter, current))
+    try:
+        yield
+    finally:
+        for setter, previous in changed:
+            setter(previous)
 
 
 def _tokenizer(model: Any) -> tuple[Any, int | None]:
@@ -95,47 +220,120 @@ def _tokenizer(model: Any) -> tuple[Any, int | None]:
     raise ValueError("export_onnx: no tokenizer found in the model's modules")
 
 
+def read_export_config(folder: str | Path) -> dict[str, Any]:
+    """The checked ``st_magnitude_onnx.json`` of an export folder (:class:`~st_magnitude._trust.InputFileError`
+    naming the file and key otherwise)."""
+    path = Path(folder) / _CONFIG
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: export the model with st_magnitude.serving.export_onnx")
+    f = Fields(read_json(path), path)
+    f.refuse_unknown(_CONFIG_KEYS)
+
+    def inputs_ok(value: list) -> str | None:
+        if not value or any(v not in _INPUTS for v in value) or len(set(value)) != len(value):
+            return f"must list distinct names from {list(_INPUTS)}, got {value!r}"
+        return None
+
+    return {
+        "inputs": f.get("inputs", list, check=inputs_ok),
+        "max_seq_length": f.get("max_seq_length", (int, type(None)), lo=1),
+        "dimension": f.get("dimension", int, lo=1),
+        "similarity": f.get("similarity", (str, type(None)), None),
+        "optimize": f.get("optimize", bool),
+        "quantize": f.get("quantize", str, choices=QUANTIZATIONS),
+        "keep_f32": f.get("keep_f32", str, ""),
+        "identity": f.get("identity", str, check=_hex64),
+    }
+
+
+def _hex64(value: str) -> str | None:
+    return None if re.fullmatch(r"[0-9a-f]{64}", value) else "must be a sha256 hex digest (64 characters 0-9a-f)"
+
+
 class OnnxEncoder:
     """``encode_query`` / ``encode_document`` from the graphs of :func:`export_onnx`, with ONNX Runtime.
+
+    Texts are encoded in batches of texts sorted by length (longest first, as sentence-transformers does), so a batch
+    pads little; the output keeps the input order.
 
     Args:
         folder: what :func:`export_onnx` wrote.
         providers: ONNX Runtime execution providers (default CPU).
-        session_options: an ``onnxruntime.SessionOptions`` (e.g. ``intra_op_num_threads``).
+        session_options: an ``onnxruntime.SessionOptions``; when ``None``, one with ``threads`` intra-op threads and
+            spinning threads off (a waiting thread sleeps instead of burning CPU time).
+        threads: intra-op threads when ``session_options`` is ``None`` (``None``: ONNX Runtime's default).
+
+    Raises:
+        InputFileError: the config is malformed, or a graph's identity or role is not the one the config records (a
+            graph from another export or model).
     """
 
-    def __init__(self, folder: str | Path, providers: Sequence[str] = ("CPUExecutionProvider",), session_options=None):
+    def __init__(
+        self,
+        folder: str | Path,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        session_options=None,
+        threads: int | None = None,
+    ):
         ort = import_stack("onnxruntime", "onnxruntime")
         from transformers import AutoTokenizer
 
         folder = Path(folder)
-        config_path = folder / _CONFIG
-        if not config_path.is_file():
-            raise FileNotFoundError(f"{config_path} not found: export the model with st_magnitude.serving.export_onnx")
-        self.config = json.loads(config_path.read_text(encoding="utf-8"))
+        self.config = read_export_config(folder)
+        if session_options is None:
+            session_options = ort.SessionOptions()
+            if threads is not None:
+                if threads < 1:
+                    raise ValueError(f"threads must be >= 1, got {threads}")
+                session_options.intra_op_num_threads = threads
+            session_options.inter_op_num_threads = 1
+            session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        self.sessions = {
-            role: ort.InferenceSession(str(folder / file), sess_options=session_options, providers=list(providers))
-            for role, file in ROLE_GRAPHS.items()
-        }
+        self.sessions = {}
+        for role, file in ROLE_GRAPHS.items():
+            path = contained(folder, file, f"the {role} graph")
+            if not path.is_file():
+                raise InputFileError(path, f"the {role} graph is missing: re-export the model into a new folder")
+            session = ort.InferenceSession(str(path), sess_options=session_options, providers=list(providers))
+            self._check(session, path, role)
+            self.sessions[role] = session
+
+    def _check(self, session: Any, path: Path, role: str) -> None:
+        identity, graph_role = stamp_of(session)
+        expected = self.config["identity"]
+        if identity != expected:
+            found = "no identity" if identity is None else f"identity {identity[:12]}…"
+            raise InputFileError(
+                path,
+                f"carries {found}, not the {expected[:12]}… that {_CONFIG} records: this graph comes from another "
+                "model or export; re-export the model into a new folder",
+            )
+        if graph_role != role:
+            raise InputFileError(path, f"is the {graph_role!r} graph, not the {role!r} one")
+        names = [i.name for i in session.get_inputs()]
+        if sorted(names) != sorted(self.config["inputs"]):
+            raise InputFileError(path, f"takes inputs {names}, not the {self.config['inputs']} {_CONFIG} records")
 
     def _encode(self, role: str, texts: Sequence[str], batch_size: int) -> np.ndarray:
         if isinstance(texts, str):
             texts = [texts]
-        out = []
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        texts = list(texts)
+        out = np.zeros((len(texts), self.config["dimension"]), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")
         for start in range(0, len(texts), batch_size):
+            idx = order[start : start + batch_size]
             batch = self.tokenizer(
-                list(texts[start : start + batch_size]),
+                [texts[i] for i in idx],
                 padding=True,
                 truncation=True,
                 max_length=self.config["max_seq_length"],
                 return_tensors="np",
             )
             feeds = {k: batch[k].astype(np.int64) for k in self.config["inputs"]}
-            out.append(self.sessions[role].run(["sentence_embedding"], feeds)[0])
-        if not out:
-            return np.zeros((0, self.config["dimension"]), dtype=np.float32)
-        return np.concatenate(out).astype(np.float32, copy=False)
+            out[idx] = self.sessions[role].run(["sentence_embedding"], feeds)[0]
+        return out
 
     def encode_query(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         return self._encode("query", texts, batch_size)

@@ -1,0 +1,55 @@
+"""benchmarks/bench_onnx.py --reduced on a tiny in-code model: every backend is measured against torch, side by side
+per thread count (speed in CPU time, vector error, top-10 overlap, nDCG@10), and the table is written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from conftest import build_tiny_st
+
+from st_magnitude import apply_similarity
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_onnx.py"
+
+pytestmark = [
+    pytest.mark.toy_beir(n_docs=40, n_queries=8),
+    pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning:torch.onnx.*"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("onnx") is None or importlib.util.find_spec("onnxruntime") is None,
+        reason="onnx / onnxruntime are not installed (pip install 'st-magnitude[deploy]')",
+    ),
+]
+
+
+def test_reduced_mode_measures_every_backend_against_torch(tiny_bert_dir, toy, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_onnx", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model_dir = tmp_path / "tiny"
+    build_tiny_st(tiny_bert_dir).save(str(model_dir))
+    out = tmp_path / "result.json"
+    argv = ["--reduced", "--model", str(model_dir), "--data", str(toy), "--max-seq-length", "32"]
+    result = bench.main([*argv, "--backends", "fused,int8-all", "--threads", "1,2", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    rows = {(r["backend"], r["threads"]): r for r in result["rows"]}
+    assert set(rows) == {(b, t) for b in ("torch", "fused", "int8-all") for t in (1, 2)}
+    for (backend, threads), row in rows.items():
+        torch_row = rows[("torch", threads)]
+        assert row["ratio_cpu"] == pytest.approx(row["docs_per_cpu_s"] / torch_row["docs_per_cpu_s"])
+        assert 0 <= row["top10_overlap"] <= 1 and row["docs_per_cpu_s"] > 0
+    assert rows[("torch", 1)]["ratio_cpu"] == 1 and rows[("torch", 1)]["max_abs_error"] == 0
+    assert rows[("fused", 1)]["max_abs_error"] <= 1e-5 and rows[("fused", 1)]["top10_overlap"] == 1
+    assert rows[("int8-all", 1)]["max_abs_error"] > 1e-5  # quantized: measured, not equal
+    # nDCG@10 of each backend on the nDCG corpus, against torch's own evaluation of the same model
+    from st_magnitude.integrations.evaluate import evaluate_folders
+
+    torch_ndcg = evaluate_folders(apply_similarity(build_tiny_st(tiny_bert_dir), "qnorm"), [toy], max_seq_length=32)
+    assert result["ndcg@10"]["torch"]["ndcg@10"] == pytest.approx(torch_ndcg[0]["ndcg@10"], abs=1e-6)
+    assert abs(result["ndcg@10"]["fused"]["diff_to_torch"]) <= 1e-5
+    table = capsys.readouterr().out
+    assert "| fused | 2 |" in table and "| int8-all | 1 |" in table
