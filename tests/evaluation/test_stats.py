@@ -93,7 +93,10 @@ def test_one_seed_uses_a_t_interval_over_items_and_says_seed_noise_is_not_covere
     a, b = _paired(rng, 80, 0.2)
     c = compare_arms([a], [b], n_boot=300)
     lo, hi = sps.t.interval(0.95, 79, loc=np.mean(a - b), scale=sps.sem(a - b))
-    assert c.n_seeds == 1 and (c.ci.low, c.ci.high) == pytest.approx((lo, hi)) and "1 seed" in c.ci.method
+    assert c.n_seeds == 1 and "1 seed" in c.ci.method
+    # the t interval over items, each end widened (never narrowed) where the bootstrap-t's tail is longer
+    assert c.ci.low <= lo + 1e-12 and c.ci.high >= hi - 1e-12
+    assert c.ci.high - c.ci.low <= 1.5 * (hi - lo)
     assert not c.components.seed_noise_covered
 
 
