@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
+from helpers.onnx_marks import ONNX_MARKS
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
@@ -12,13 +11,7 @@ from st_magnitude.integrations.evaluate import BACKENDS, evaluate_folders
 
 pytestmark = [
     pytest.mark.toy_beir(n_docs=30, n_queries=8),
-    pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
-    pytest.mark.filterwarnings("ignore::UserWarning:torch.onnx.*"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.skipif(
-        importlib.util.find_spec("onnx") is None or importlib.util.find_spec("onnxruntime") is None,
-        reason="onnx / onnxruntime are not installed (pip install 'st-magnitude[deploy]')",
-    ),
+    *ONNX_MARKS,
 ]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import build_tiny_st
+from helpers.onnx_marks import ONNX_MARKS
 
 from st_magnitude import apply_similarity
 
@@ -16,13 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_onnx.py"
 
 pytestmark = [
     pytest.mark.toy_beir(n_docs=40, n_queries=8),
-    pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
-    pytest.mark.filterwarnings("ignore::UserWarning:torch.onnx.*"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.skipif(
-        importlib.util.find_spec("onnx") is None or importlib.util.find_spec("onnxruntime") is None,
-        reason="onnx / onnxruntime are not installed (pip install 'st-magnitude[deploy]')",
-    ),
+    *ONNX_MARKS,
 ]
 
 

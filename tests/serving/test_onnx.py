@@ -5,7 +5,6 @@ through a staging folder, and the encoder refuses graphs that do not belong toge
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import build_tiny_st
 from helpers.deploy_kit import TOY_DOCS, TOY_QUERIES
+from helpers.onnx_marks import ONNX_MARKS
 
 from st_magnitude import apply_similarity, convert_for_store
 from st_magnitude._trust import InputFileError
@@ -20,13 +20,7 @@ from st_magnitude.serving.agreement import reference_ranking
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::st_magnitude.MagnitudeCollapseWarning"),
-    pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
-    pytest.mark.filterwarnings("ignore::UserWarning:torch.onnx.*"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.skipif(
-        importlib.util.find_spec("onnx") is None or importlib.util.find_spec("onnxruntime") is None,
-        reason="onnx / onnxruntime are not installed (pip install 'st-magnitude[deploy]')",
-    ),
+    *ONNX_MARKS,
 ]
 
 
