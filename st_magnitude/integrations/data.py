@@ -350,6 +350,7 @@ def load_beir(
             stacklevel=2,
         )
     corpus = {cid: {"title": doc.get("title") or "", "text": doc.get("text") or ""} for cid, doc in corpus.items()}
+    queries = {qid: text or "" for qid, text in queries.items()}  # a query without "text" is scored as "" (warned)
     logger.info("Loaded %s/%s: %d docs, %d queries", path.name, split, len(corpus), len(queries))
     return BEIRData(name=path.name, corpus=corpus, queries=queries, qrels=qrels, split=split)
 
