@@ -2,7 +2,7 @@
 # Prepare what the GPU benchmark and campaign need on a GPU machine without network, into benchmarks/gpu/.carry/
 # (ignored by git; the device tool carries it: name benchmarks/gpu/.carry in `carry`). Run HERE, where pip works:
 #
-#   ST_MAGNITUDE_DATA=/work/shared/data bash benchmarks/gpu/prepare.sh
+#   ST_MAGNITUDE_DATA=<data folder holding beir/> bash benchmarks/gpu/prepare.sh
 #
 # - wheels/: the packages whose version there differs from requirements/lock.txt or that are missing there (the GPU
 #   image holds torch 2.11, sentence-transformers 6.0.1, transformers 5.17; this package is locked at
