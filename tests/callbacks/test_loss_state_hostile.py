@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from helpers.mutate import mutate_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
@@ -169,23 +170,6 @@ _MUTATION = st.tuples(
 )
 
 
-def _mutate(raw: bytes, mutations: list[tuple[str, float, int]]) -> bytes:
-    data = bytearray(raw)
-    for op, where, byte in mutations:
-        i = min(int(where * len(data)), max(len(data) - 1, 0))
-        if op == "set" and data:
-            data[i] = byte
-        elif op == "flip" and data:
-            data[i] ^= 1 << (byte % 8)
-        elif op == "insert":
-            data[i:i] = bytes([byte])
-        elif op == "delete" and data:
-            del data[i]
-        elif op == "truncate":
-            del data[i:]
-    return bytes(data)
-
-
 @pytest.fixture(scope="module")
 def valid_state(tmp_path_factory) -> bytes:
     folder = tmp_path_factory.mktemp("state")
@@ -196,7 +180,7 @@ def valid_state(tmp_path_factory) -> bytes:
 @given(mutations=st.lists(_MUTATION, min_size=1, max_size=4))
 def test_any_mutation_of_a_state_file_loads_finite_or_names_the_file(valid_state, tmp_path, mutations):
     path = tmp_path / LOSS_STATE_FILENAME
-    path.write_bytes(_mutate(valid_state, mutations))
+    path.write_bytes(mutate_bytes(valid_state, mutations))
     loss = _l2dir()
     before = _held(loss)
     try:

@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers.mutate import mutate_bytes
 from helpers.toy_beir import write_toy_beir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -168,21 +169,6 @@ _LINE = st.tuples(
 )
 
 
-def _mutate_bytes(raw: bytes, ops) -> bytes:
-    data = bytearray(raw)
-    for op, where, byte in ops:
-        i = min(int(where * len(data)), max(len(data) - 1, 0))
-        if op == "set" and data:
-            data[i] = byte
-        elif op == "insert":
-            data[i:i] = bytes([byte])
-        elif op == "delete" and data:
-            del data[i]
-        elif op == "truncate":
-            del data[i:]
-    return bytes(data)
-
-
 def _mutate_lines(raw: bytes, ops) -> bytes:
     lines = raw.split(b"\n")
     for op, where, text in ops:
@@ -220,7 +206,7 @@ def test_any_mutation_of_a_beir_folder_loads_or_names_the_file(
     (folder / "qrels").mkdir()
     for name, raw in valid_folder.items():
         if name == target:
-            raw = _mutate_bytes(raw, byte_ops) if kind == "bytes" else _mutate_lines(raw, line_ops)
+            raw = mutate_bytes(raw, byte_ops) if kind == "bytes" else _mutate_lines(raw, line_ops)
         (folder / name).write_bytes(raw)
     try:
         with warnings.catch_warnings():
