@@ -191,14 +191,23 @@ def load_sts(folder: Path, split: str, max_pairs: int | None = None) -> dict[str
     path = folder / f"sts-{split}.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist (STS-B splits: train, dev, test)")
+    from st_magnitude._trust import InputFileError
+    from st_magnitude._trust.lines import iter_lines
+
     s1, s2, score = [], [], []
-    with open(path, encoding="utf-8") as fh:
-        for row in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE):
-            if len(row) < 7:
-                continue
-            s1.append(row[5])
-            s2.append(row[6])
-            score.append(float(row[4]) / 5.0)
+    for lineno, line in iter_lines(path):  # UTF-8 checked per line, split at "\n" only
+        row = next(csv.reader([line.rstrip("\r\n")], delimiter="\t", quoting=csv.QUOTE_NONE), [])
+        if len(row) < 7:
+            continue
+        try:
+            value = float(row[4])
+        except ValueError:
+            value = float("nan")
+        if not 0.0 <= value <= 5.0:  # NaN included
+            raise InputFileError(path, f"score {row[4]!r} is not a number in [0, 5] (column 5)", where=str(lineno))
+        s1.append(row[5])
+        s2.append(row[6])
+        score.append(value / 5.0)
     if max_pairs:
         s1, s2, score = s1[:max_pairs], s2[:max_pairs], score[:max_pairs]
     return {"sentence1": s1, "sentence2": s2, "score": score}
