@@ -119,13 +119,13 @@ def main() -> int:
 
     from st_magnitude import apply_similarity
     from st_magnitude.cli import main as cli_main
+    from st_magnitude.data.beir import load_beir, subsample
     from st_magnitude.data.text import doc_text
-    from st_magnitude.integrations.data import load_beir, subsample
-    from st_magnitude.integrations.offline import offline_model_path
+    from st_magnitude.model.offline import offline_model_path
+    from st_magnitude.model.stores import convert_for_store
     from st_magnitude.modules.mips_augment import MIPSAugment
     from st_magnitude.serving.agreement import memoise_encodings as memoise
     from st_magnitude.serving.agreement import reference_ranking, stack_ranking, top_k_agreement
-    from st_magnitude.stores import convert_for_store
 
     data_dir = args.data or os.path.join(os.environ.get("ST_MAGNITUDE_DATA", "data"), "beir", "scifact")
     minilm = offline_model_path()

@@ -34,7 +34,7 @@ def sweep(model, folders, sizes, seeds, resamples, max_seq_length) -> None:
     from st_magnitude.diagnostics.fim import kappa_min_pairs, recommend_normalization
     from st_magnitude.diagnostics.kappa_rule import embedding_dim, kappa_pair_pools, sample_kappa_pairs
     from st_magnitude.evaluation.ir import encode_roles
-    from st_magnitude.integrations.models import raw_model
+    from st_magnitude.model.load import raw_model
 
     raw = raw_model(model)
     raw.max_seq_length = min(max_seq_length, raw.max_seq_length or max_seq_length)
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     from conftest import minilm_path
 
     from st_magnitude.diagnostics.kappa_rule import run_kappa
-    from st_magnitude.integrations.models import load_model
+    from st_magnitude.model.load import load_model
 
     t0 = time.perf_counter()
     model = load_model(args.model or str(minilm_path()), max_seq_length=args.max_seq_length)

@@ -102,10 +102,10 @@ def main(argv=None) -> dict:
     from sentence_transformers import SentenceTransformer
 
     from st_magnitude import apply_similarity
+    from st_magnitude.data.beir import load_beir, subsample
     from st_magnitude.data.text import doc_text
     from st_magnitude.evaluation.ir import RoleIREvaluator
-    from st_magnitude.integrations.data import load_beir, subsample
-    from st_magnitude.integrations.offline import offline_model_path
+    from st_magnitude.model.offline import offline_model_path
     from st_magnitude.serving.agreement import top_k_agreement
     from st_magnitude.serving.onnx import OnnxEncoder, export_onnx
 

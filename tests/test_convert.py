@@ -12,7 +12,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Router
 
 from st_magnitude import MagnitudeCollapseWarning, apply_similarity, is_asymmetric, strip_normalize
-from st_magnitude.model_info import carried_similarity, model_gammas
+from st_magnitude.model.info import carried_similarity, model_gammas
 from st_magnitude.modules import RoleNormalize
 from st_magnitude.similarity import CORNER_GAMMAS, PowerNormSimilarity, get_similarity
 
@@ -223,7 +223,7 @@ def test_truncate_dim_after_normalize_is_refused_with_what_to_do(tiny_bert_dir, 
     from conftest import build_tiny_st
 
     from st_magnitude import truncate_model
-    from st_magnitude.truncation import check_truncation
+    from st_magnitude.model.truncation import check_truncation
 
     raw = build_tiny_st(tiny_bert_dir, normalize=False)
     model = build_tiny_st(tiny_bert_dir, normalize=True)

@@ -40,7 +40,7 @@ def _st_methods():
 @pytest.mark.parametrize("name", ["qnorm", "dnorm", "learnable"])
 def test_apply_similarity_patches_nothing(tiny_model, name):
     """apply_similarity used to install the guard (a process-wide monkeypatch) as a side effect."""
-    from st_magnitude.guard import symmetry_guard_installed
+    from st_magnitude.model.guard import symmetry_guard_installed
 
     before = _st_methods()
     apply_similarity(tiny_model, name, warn_on_strip=False)

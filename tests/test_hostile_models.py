@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from st_magnitude.cli import main
-from st_magnitude.integrations.models import RemoteCodeError, load_model
+from st_magnitude.model.load import RemoteCodeError, load_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_own_classes_listed_are_the_module_classes_the_package_saves():
         if isinstance(cls := getattr(modules, name), type) and issubclass(cls, Module)
     }
     assert MODULE_CLASSES == saved_classes
-    from st_magnitude.integrations.models import _own_class
+    from st_magnitude.model.load import _own_class
 
     assert all(_own_class(ref) is not None for ref in MODULE_CLASSES)
 

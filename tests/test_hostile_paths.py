@@ -18,8 +18,8 @@ import pytest
 
 from st_magnitude._trust.paths import UnsafeModelPathError, check_model_folder, contained
 from st_magnitude.cli import main
-from st_magnitude.convert import strip_normalize
-from st_magnitude.integrations.models import inspect_model_code, load_model
+from st_magnitude.model.convert import strip_normalize
+from st_magnitude.model.load import inspect_model_code, load_model
 
 
 @pytest.fixture(scope="module")

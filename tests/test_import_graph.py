@@ -16,16 +16,34 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "st_magnitude"
 
-#: Top layer: command-line and workflow modules. Nothing below may import them. ``cli`` is every command
-#: (``cli/<command>.py``), ``experiments`` the compare job, ``replication.runner`` the claim runner behind
-#: ``st-magnitude replicate`` and ``replication.merge`` its merge of runs made in parts (the claims themselves are
-#: library code they drive).
-APPLICATION = (
-    "st_magnitude.cli",
-    "st_magnitude.experiments",
-    "st_magnitude.replication.runner",
-    "st_magnitude.replication.merge",
-)
+#: The application: the command line (``cli``) and the lab (``lab``: the compare and replicate machinery and the one
+#: engine they share). Nothing in the library imports them.
+APPLICATION = ("st_magnitude.cli", "st_magnitude.lab")
+
+#: The rooms of the package from the bottom up (docs/architecture.md): a module may import its own room and the rooms
+#: below it, never one above. The package root (the lazy public façade) is left out: it imports nothing eagerly.
+LAYERS = (
+    ("st_magnitude._lazy", "st_magnitude._warnings", "st_magnitude._similarity_names", "st_magnitude._trust",
+     "st_magnitude._peft"),
+    ("st_magnitude.similarity",),
+    ("st_magnitude.modules",),
+    ("st_magnitude.model",),
+    ("st_magnitude.data",),
+    ("st_magnitude.losses", "st_magnitude.callbacks"),
+    ("st_magnitude.evaluation",),
+    ("st_magnitude.diagnostics", "st_magnitude.scaling", "st_magnitude.serving"),
+    ("st_magnitude.lab.engine",),
+    ("st_magnitude.lab.compare", "st_magnitude.lab.replication"),
+    ("st_magnitude.cli",),
+)  # fmt: skip
+
+
+def layer_of(module: str) -> int | None:
+    """The index of ``module``'s room in :data:`LAYERS` (None for the package root and package markers)."""
+    for i, rooms in enumerate(LAYERS):
+        if any(module == r or module.startswith(r + ".") for r in rooms):
+            return i
+    return None
 
 
 def _module_name(path: Path) -> str:
@@ -115,8 +133,8 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_function_level_and_lazy_imports():
     graph = import_graph()
-    assert "st_magnitude.stores" in graph["st_magnitude.cli.convert"]  # imported inside a command function
-    assert "st_magnitude.guard" in graph["st_magnitude"] or "st_magnitude._lazy" in graph["st_magnitude"]
+    assert "st_magnitude.model.stores" in graph["st_magnitude.cli.convert"]  # imported inside a command function
+    assert "st_magnitude.model.guard" in graph["st_magnitude"] or "st_magnitude._lazy" in graph["st_magnitude"]
 
 
 def test_find_cycles_reports_a_cycle():
@@ -144,25 +162,48 @@ def test_library_does_not_import_the_application_layer(application):
     assert offenders == [], f"library modules import the application layer {application}: {offenders}"
 
 
-def test_core_modules_stay_below_their_users():
-    """similarity -> modules -> convert -> losses / evaluation -> integrations -> diagnostics: never upward."""
-    graph = import_graph()
-    below = {
-        "st_magnitude.similarity": ("st_magnitude.convert", "st_magnitude.modules", "st_magnitude.losses"),
-        **{
-            f"st_magnitude.{m}": ("st_magnitude.guard", "st_magnitude.losses", "st_magnitude.evaluation")
-            for m in ("convert", "model_info", "model_card", "truncation")
-        },
-        "st_magnitude.evaluation._retrieval": ("st_magnitude.evaluation.ir", "st_magnitude.evaluation.auc"),
-        # training data (layer 4): below the losses that consume it, the evaluators and scaling that reuse it
-        "st_magnitude.data": ("st_magnitude.losses", "st_magnitude.evaluation", "st_magnitude.scaling"),
-        # the Revela attention function is a module (layer 2): no loss, no data code
-        "st_magnitude.modules.revela_attention": ("st_magnitude.losses", "st_magnitude.data"),
+def upward_arrows(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every import from a room to a room above it in :data:`LAYERS`."""
+    return sorted(
+        (mod, dep)
+        for mod, deps in graph.items()
+        for dep in deps
+        if layer_of(mod) is not None and layer_of(dep) is not None and layer_of(dep) > layer_of(mod)
+    )
+
+
+def test_every_module_has_a_room():
+    """A new top-level module or package is placed in :data:`LAYERS` (and in docs/architecture.md)."""
+    unplaced = sorted(
+        m for m in import_graph() if m not in ("st_magnitude", "st_magnitude.lab") and layer_of(m) is None
+    )
+    assert unplaced == [], f"modules in no layer: {unplaced}"
+
+
+def test_no_arrow_points_up():
+    """The count docs/architecture.md reports: imports from a room to a room above it (0)."""
+    arrows = upward_arrows(import_graph())
+    assert arrows == [], "imports that point up (see docs/architecture.md): " + "; ".join(
+        f"{a} -> {b}" for a, b in arrows
+    )
+
+
+def test_upward_arrows_are_found():
+    graph = {
+        "st_magnitude.similarity": {"st_magnitude.losses.mw"},
+        "st_magnitude.losses.mw": {"st_magnitude.similarity"},
     }
-    for low, uppers in below.items():
-        lows = [m for m in graph if m == low or m.startswith(low + ".")]  # a package: each of its modules
-        bad = sorted(d for m in lows for d in graph[m] for up in uppers if d == up or d.startswith(up + "."))
-        assert bad == [], f"{low} imports upward: {bad}"
+    assert upward_arrows(graph) == [("st_magnitude.similarity", "st_magnitude.losses.mw")]
+
+
+def test_within_evaluation_the_math_sits_below_its_users():
+    graph = import_graph()
+    bad = [
+        d
+        for d in graph["st_magnitude.evaluation._retrieval"]
+        if d in ("st_magnitude.evaluation.ir", "st_magnitude.evaluation.auc")
+    ]
+    assert bad == []
 
 
 def test_losses_stay_below_callbacks():
@@ -178,8 +219,10 @@ def test_losses_stay_below_callbacks():
     assert bad == [], f"losses import callbacks: {bad}"
 
 
-def test_data_package_imports_only_itself_and_lazy():
-    """``st_magnitude.data`` (title + text join, BM25, Revela chunk groups) depends on no other st_magnitude layer."""
+def test_data_package_imports_only_itself_and_the_foundations():
+    """``st_magnitude.data`` (BEIR folders, the title + text join, BM25, Revela chunk groups) reads files through the
+    trust boundary and depends on no other st_magnitude room."""
     graph = import_graph()
     deps = {d for m, ds in graph.items() if m.startswith("st_magnitude.data") for d in ds}
-    assert {d for d in deps if not d.startswith("st_magnitude.data")} <= {"st_magnitude._lazy"}, sorted(deps)
+    outside = {d for d in deps if not d.startswith("st_magnitude.data")}
+    assert all(d == "st_magnitude._lazy" or d.startswith("st_magnitude._trust") for d in outside), sorted(outside)

@@ -19,11 +19,11 @@ PACKAGES = (
     "st_magnitude.data",
     "st_magnitude.diagnostics",
     "st_magnitude.evaluation",
-    "st_magnitude.experiments",
-    "st_magnitude.integrations",
+    "st_magnitude.lab.compare",
+    "st_magnitude.model",
     "st_magnitude.losses",
     "st_magnitude.modules",
-    "st_magnitude.replication",
+    "st_magnitude.lab.replication",
     "st_magnitude.scaling",
 )
 

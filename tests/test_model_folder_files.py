@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from st_magnitude._trust import InputFileError, check_safetensors
 from st_magnitude.cli import main
-from st_magnitude.integrations.models import load_model
+from st_magnitude.model.load import load_model
 
 
 @pytest.fixture(scope="module")

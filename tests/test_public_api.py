@@ -28,7 +28,8 @@ PUBLIC = {
         "ScaleLoggingCallback", "load_loss_state", "revela_callbacks",
     ],
     "st_magnitude.data": [
-        "BM25Scorer", "RevelaDataCollator", "RevelaGroupBatchSampler", "build_revela_dataset", "doc_text",
+        "BEIRData", "BM25Scorer", "RevelaDataCollator", "RevelaGroupBatchSampler", "build_revela_dataset", "doc_text",
+        "load_beir", "subsample",
     ],
     "st_magnitude.diagnostics": [
         "Diagnosis", "component_fim_table", "cross_evaluation", "diagnose", "doc_norm_cohens_d", "norm_stats",
@@ -36,21 +37,20 @@ PUBLIC = {
     ],
     "st_magnitude.evaluation": [
         "ContrastiveEntropyEvaluator", "DualSimilarityEvaluator", "PooledAUCEvaluator", "RoleIREvaluator",
-        "ann_search", "contrastive_entropy", "encode_roles", "encode_to_store", "exact_search", "topk_search",
+        "ann_search", "beir_evaluate", "contrastive_entropy", "encode_roles", "encode_to_store", "evaluate_model",
+        "exact_search", "topk_search",
     ],
-    "st_magnitude.experiments": ["CompareConfig", "run_compare"],
-    "st_magnitude.integrations": [
-        "BEIRData", "beir_evaluate", "evaluate_model", "load_beir", "load_model", "raw_model", "subsample",
-    ],
+    "st_magnitude.lab.compare": ["CompareConfig", "run_compare"],
     "st_magnitude.losses": [
         "BertRecipeLoss", "CachedL2DirLoss", "CachedMWLoss", "CachedPartialNormInfoNCELoss", "EttinRecipeLoss",
         "InfoTNLoss", "L2DirLoss", "MWLoss", "MagnitudeMatryoshkaLoss", "MarginContrastiveLoss",
         "PartialNormInfoNCELoss", "RevelaLoss",
     ],
+    "st_magnitude.model": ["load_model", "raw_model"],
     "st_magnitude.modules": [
         "DimensionProjection", "MIPSAugment", "NAPHead", "RoleNormalize", "add_dimension_projection",
     ],
-    "st_magnitude.replication.claims": ["CLAIM_MODULES", "get_claim", "list_claims"],
+    "st_magnitude.lab.replication.claims": ["CLAIM_MODULES", "get_claim", "list_claims"],
     "st_magnitude.scaling": [
         "PAPER_DIMENSION_LAWS", "dimension_law", "fit_dimension_law", "fit_joint_law", "optimal_allocation",
     ],

@@ -18,8 +18,8 @@ import pytest
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
-from st_magnitude.integrations.evaluate import evaluate_folders
-from st_magnitude.integrations.models import RemoteCodeError, inspect_model_code, load_model
+from st_magnitude.evaluation.runner import evaluate_folders
+from st_magnitude.model.load import RemoteCodeError, inspect_model_code, load_model
 
 pytestmark = pytest.mark.toy_beir(n_docs=12, n_queries=4, train_seed=0)
 

@@ -452,7 +452,7 @@ def test_apply_similarity_refuses_tn_by_name_and_instance(tiny_model):
 
 def test_apply_similarity_names_a_power_norm_instance_by_its_corner(tiny_model):
     from st_magnitude import apply_similarity
-    from st_magnitude.model_info import carried_similarity, model_gammas
+    from st_magnitude.model.info import carried_similarity, model_gammas
 
     apply_similarity(tiny_model, PowerNormSimilarity(1.0, 0.0), warn_on_strip=False)
     assert model_gammas(tiny_model) == (1.0, 0.0) and carried_similarity(tiny_model).name == "qnorm"

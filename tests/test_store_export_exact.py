@@ -27,7 +27,7 @@ from helpers.deploy_kit import TOY_DOCS, TOY_QUERIES
 
 from st_magnitude import NormBoundWarning, apply_similarity, convert_for_store
 from st_magnitude.cli import main
-from st_magnitude.integrations.models import load_model
+from st_magnitude.model.load import load_model
 from st_magnitude.modules import MIPSAugment
 
 pytestmark = pytest.mark.filterwarnings("ignore::st_magnitude.MagnitudeCollapseWarning")
@@ -125,7 +125,7 @@ def test_a_role_less_encode_of_an_augmented_model_is_refused(folders):
     model = convert_for_store(load_model(str(folders / "learnable")), "learnable", "cosine", max_norm=10.0)
     with pytest.raises(ValueError, match="without a query/document role"):
         model.encode(["a query"])  # before: RoleNormalize took it for a document, extra coordinate included
-    from st_magnitude.stores import set_default_route
+    from st_magnitude.model.stores import set_default_route
 
     with pytest.raises(ValueError, match="cannot keep the ranking"):
         set_default_route(model, "document")

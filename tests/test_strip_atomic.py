@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import st_magnitude.convert as convert
-from st_magnitude._swap import AtomicSwapUnavailable, exchange
+import st_magnitude.model.convert as convert
 from st_magnitude.cli import main
+from st_magnitude.model._swap import AtomicSwapUnavailable, exchange
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import pytest
 
 from st_magnitude._trust import InputFileError
 from st_magnitude.cli import main
-from st_magnitude.convert import strip_normalize
-from st_magnitude.integrations.models import load_model
+from st_magnitude.model.convert import strip_normalize
+from st_magnitude.model.load import load_model
 
 NORMALIZE = "sentence_transformers.base.modules.normalize.Normalize"
 

@@ -18,7 +18,7 @@ from sentence_transformers.base.modules import Normalize, Transformer
 from sentence_transformers.sentence_transformer.modules import Dense, Pooling
 
 from st_magnitude import apply_similarity, strip_normalize
-from st_magnitude.integrations.models import raw_model
+from st_magnitude.model.load import raw_model
 
 
 def _normalize_then_dense(hf_dir, trailing: bool = False) -> SentenceTransformer:

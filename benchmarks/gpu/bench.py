@@ -439,8 +439,8 @@ def section_trainer(args, ctx) -> dict:
     from transformers import TrainerCallback
 
     from st_magnitude.cli import main as cli_main
-    from st_magnitude.experiments.config import PROFILES
-    from st_magnitude.experiments.training import training_pairs
+    from st_magnitude.lab.compare.config import PROFILES
+    from st_magnitude.lab.compare.training import training_pairs
 
     device, sizes, work = ctx["device"], ctx["sizes"], ctx["work"]
     full = PROFILES["full"]
@@ -538,7 +538,7 @@ def _portable(cmd: list[str], work: Path, data: str) -> list[str]:
 
 
 def section_encode(args, ctx) -> dict:
-    from st_magnitude.convert import apply_similarity
+    from st_magnitude.model.convert import apply_similarity
 
     device, sizes = ctx["device"], ctx["sizes"]
     texts = ctx["corpus"][: sizes["encode_docs"]]

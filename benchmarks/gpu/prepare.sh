@@ -28,7 +28,7 @@ rm -f "$CARRY"/wheels/*.whl
 
 "$PYTHON" - "$CARRY/minilm" <<'PY'
 import sys, warnings
-from st_magnitude.integrations.models import load_model_and_source
+from st_magnitude.model.load import load_model_and_source
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     model, source, desc = load_model_and_source("sentence-transformers/all-MiniLM-L6-v2", device="cpu")
@@ -42,7 +42,7 @@ PY
 import json, shutil, sys
 from pathlib import Path
 from safetensors.torch import load_file, save_file
-from st_magnitude.replication.common import _alias_path
+from st_magnitude.lab.replication.common import _alias_path
 
 src, dest = _alias_path("bert-tiny"), Path(sys.argv[1])
 dest.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from torch import nn
 from transformers import TrainerCallback
 
 from st_magnitude.callbacks._log import add_to_log
-from st_magnitude.model_info import carried_similarity
+from st_magnitude.model.info import carried_similarity
 from st_magnitude.similarity import LearnableSimilarity, Similarity
 
 logger = logging.getLogger(__name__)

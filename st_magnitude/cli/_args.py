@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from st_magnitude._trust.outputs import check_output_dir, check_output_file  # noqa: F401 - the commands' one import
 
 __all__ = [
     "OPTIONS",
@@ -79,48 +80,6 @@ def positive_float(text: str) -> float:
     return value
 
 
-def _probe_dir(folder: Path, what: str, path: str) -> None:
-    """Create and remove a file in ``folder``: the only test that also holds for root on a read-only mount."""
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise PermissionError(f"{what} {path!r} is not writable ({folder}: {exc.strerror or exc}).") from None
-
-
-def _nearest_existing(path: Path) -> Path:
-    p = path.absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
-def check_output_file(path: str | os.PathLike, what: str = "output file") -> None:
-    """Raise before any work when ``path`` cannot be written as a file (a folder, under a file, not writable)."""
-    p = Path(path)
-    if p.is_dir():
-        raise IsADirectoryError(f"{what} {str(path)!r} is a folder; give a file name (e.g. {Path(path, 'out')}).")
-    anchor = _nearest_existing(p.parent)
-    if not anchor.is_dir():
-        raise NotADirectoryError(f"{what} {str(path)!r} cannot be created: {anchor} is a file, not a folder.")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise PermissionError(f"{what} {str(path)!r} is not writable.")
-    _probe_dir(anchor, what, str(path))
-
-
-def check_output_dir(path: str | os.PathLike, what: str = "output folder", *, must_be_empty: bool = False) -> None:
-    """Raise before any work when ``path`` cannot be used as an output folder."""
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise NotADirectoryError(f"{what} {str(path)!r} is a file, not a folder.")
-    if must_be_empty and p.is_dir() and any(p.iterdir()):
-        raise FileExistsError(f"{what} {str(path)!r} exists and is not empty.")
-    anchor = _nearest_existing(p)
-    if not anchor.is_dir():
-        raise NotADirectoryError(f"{what} {str(path)!r} cannot be created: {anchor} is a file, not a folder.")
-    _probe_dir(anchor, what, str(path))
-
-
 @contextmanager
 def removed_on_failure(path: str | os.PathLike | None) -> Iterator[None]:
     """Remove ``path`` (and the parents created for it) when the block fails and the folder did not exist before."""
@@ -176,7 +135,7 @@ def refuse_foreign_code(args: argparse.Namespace) -> None:
     """Without ``--trust-remote-code``, refuse a local model that names code outside ST / st-magnitude, before any
     work (reading data, loading the model)."""
     if not args.trust_remote_code and Path(args.model).is_dir():
-        from st_magnitude.integrations.models import check_model_code
+        from st_magnitude.model.load import check_model_code
 
         check_model_code(args.model)
 

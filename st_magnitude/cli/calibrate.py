@@ -57,6 +57,7 @@ def _output_folder(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from st_magnitude.data.beir import load_beir, subsample
     from st_magnitude.evaluation.calibration import (
         calibration_pools,
         calibration_report,
@@ -64,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
         describe_calibration,
         fit_calibration,
     )
-    from st_magnitude.integrations.data import load_beir, subsample
-    from st_magnitude.integrations.models import describe_similarity, load_model
+    from st_magnitude.model.load import describe_similarity, load_model
 
     if args.json:
         check_output_file(args.json, "--json")

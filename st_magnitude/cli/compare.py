@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 from st_magnitude.cli._args import add_options, positive_int, values
-from st_magnitude.experiments.config import (
+from st_magnitude.lab.compare.config import (
     DEFAULT_MODEL,
     DEFAULT_VARIANTS,
     FULL_PROFILE_DEVIATIONS,
@@ -114,7 +114,7 @@ def _close_progress_bars() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from st_magnitude.cli._args import check_device
-    from st_magnitude.experiments.seeds import run_compare_seeds
+    from st_magnitude.lab.compare.seeds import run_compare_seeds
 
     if args.quick and args.full:
         raise ValueError("choose one of --quick and --full")

@@ -15,14 +15,15 @@ from st_magnitude.cli._args import (
     similarity_names,
 )
 
-# torch-free copies of st_magnitude.stores.STORES / DEFAULT_ROUTES (tests/serving/test_stores.py checks they agree)
+# torch-free copies of st_magnitude.model.stores.STORES / DEFAULT_ROUTES
+# (tests/serving/test_stores.py checks they agree)
 STORES = ("dot", "cosine", "l2")
 DEFAULT_ROUTES = ("document",)
 
 
 def check_max_norm(value: float | None, what: str) -> None:
-    """A one-line error for a bound M outside :data:`st_magnitude._store_limits.MAX_NORM_RANGE`."""
-    from st_magnitude._store_limits import max_norm_problem
+    """A one-line error for a bound M outside :data:`st_magnitude.modules._store_limits.MAX_NORM_RANGE`."""
+    from st_magnitude.modules._store_limits import max_norm_problem
 
     problem = None if value is None else max_norm_problem(value)
     if problem:
@@ -30,8 +31,8 @@ def check_max_norm(value: float | None, what: str) -> None:
 
 
 def check_margin(value: float, what: str) -> None:
-    """A one-line error for a margin outside ``[1, MAX_MARGIN]`` (:mod:`st_magnitude._store_limits`)."""
-    from st_magnitude._store_limits import margin_problem
+    """A one-line error for a margin outside ``[1, MAX_MARGIN]`` (:mod:`st_magnitude.modules._store_limits`)."""
+    from st_magnitude.modules._store_limits import margin_problem
 
     problem = margin_problem(value)
     if problem:
@@ -111,15 +112,15 @@ def run(args: argparse.Namespace) -> int:
     check_margin(args.norm_margin, "--norm-margin")
     texts = read_texts(args.norm_texts, args.norm_max_texts) if args.norm_texts else None
     if args.default_route and args.store != "dot" and (gammas_of(args.similarity) or (0, 0))[1] != 1:
-        from st_magnitude.stores import ROLELESS_STORE_REFUSAL
+        from st_magnitude.model.stores import ROLELESS_STORE_REFUSAL
 
         raise ValueError(ROLELESS_STORE_REFUSAL)  # before loading the model
 
-    from st_magnitude._model_save import save_model
-    from st_magnitude.integrations.models import load_model
-    from st_magnitude.model_info import model_gammas
+    from st_magnitude.model._save import save_model
+    from st_magnitude.model.info import model_gammas
+    from st_magnitude.model.load import load_model
+    from st_magnitude.model.stores import convert_for_store
     from st_magnitude.modules.mips_augment import MIPSAugment
-    from st_magnitude.stores import convert_for_store
 
     model = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
     convert_for_store(
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     aug = [m for m in model if isinstance(m, MIPSAugment)]
     if aug:
         extra.append(
-            f"max_norm M={aug[0].max_norm:.6g} (load with st_magnitude.integrations.load_model, or stock "
+            f"max_norm M={aug[0].max_norm:.6g} (load with st_magnitude.model.load_model, or stock "
             "SentenceTransformer(..., trust_remote_code=True))"
         )
     if args.default_route:

@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before loading a model or reading data."""
-    from st_magnitude.integrations.data import _available_splits, load_beir
+    from st_magnitude.data.beir import _available_splits, load_beir
 
     if args.n_pairs is not None and args.n_pairs <= 1:
         raise ValueError(f"--n-pairs must be > 1, got {args.n_pairs}")
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args)
     model = args.model
     if args.trust_remote_code:  # diagnose() loads without it; a model loaded here with the user's consent is used
-        from st_magnitude.integrations.models import load_model
+        from st_magnitude.model.load import load_model
 
         model = load_model(args.model, trust_remote_code=True)
     with removed_on_failure(args.output):

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, "--threads")
     p.add_argument(
         "--backend",
-        choices=("torch", "onnx", "onnx-int8"),  # integrations.evaluate.BACKENDS (not imported for --help)
+        choices=("torch", "onnx", "onnx-int8"),  # serving.onnx_model.BACKENDS (not imported for --help)
         default="torch",
         help="encode with the torch model, or with its ONNX export on ONNX Runtime (onnx: f32 fused, the same vectors "
         "to 1e-5; onnx-int8: int8 weights, the ranking moves); the export goes to a temporary folder (default torch)",
@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from st_magnitude.integrations.evaluate import evaluate_folders, format_table
+    from st_magnitude.evaluation.runner import evaluate_folders, format_table
+    from st_magnitude.serving.onnx_model import onnx_encoder
 
     if args.json:
         check_output_file(args.json, "--json")  # before the evaluation, not after it
@@ -63,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         args.data,
         roles_required=args.require_roles,
-        threads=args.threads,
-        backend=args.backend,
+        encoder=onnx_encoder(args.backend, args.threads),
         **values(args, *SUBSAMPLE, "similarity", "max_seq_length", "on_missing", "batch_size", "trust_remote_code"),
     )
     print(f"model: {args.model}")

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     check_model_path(args.model)
     check_output_dir(args.output, "--output", must_be_empty=True)
     refuse_foreign_code(args)
-    from st_magnitude.integrations.models import load_model
+    from st_magnitude.model.load import load_model
     from st_magnitude.serving.onnx import export_onnx
 
     model = load_model(args.model, **values(args, "max_seq_length", "trust_remote_code"))

@@ -14,8 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from st_magnitude.integrations.models import load_model
-    from st_magnitude.model_info import carried_similarity, is_asymmetric, model_gammas
+    from st_magnitude.model.info import carried_similarity, is_asymmetric, model_gammas
+    from st_magnitude.model.load import load_model
 
     check_model_path(args.model)
     model = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)

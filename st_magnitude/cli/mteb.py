@@ -52,7 +52,7 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from st_magnitude.integrations.mteb import mteb_cli
+    from st_magnitude.evaluation.mteb import mteb_cli
 
     if not args.tasks and not args.benchmarks:
         raise ValueError("mteb run needs -t TASK_OR_BEIR_DIR ... (or -b BENCHMARK)")

@@ -93,11 +93,11 @@ def _tag(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from st_magnitude.replication.claims import CLAIM_MODULES, list_claims
+    from st_magnitude.lab.replication.claims import CLAIM_MODULES, list_claims
 
     results = args.results
     if args.list:
-        from st_magnitude.replication.report import recorded_costs
+        from st_magnitude.lab.replication.report import recorded_costs
 
         costs = recorded_costs(results or DEFAULT_RESULTS)
         print(f"recorded cost: from {results or DEFAULT_RESULTS}")
@@ -107,13 +107,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{'':14s}   {profile}: {costs.get((c.id, profile), 'not yet recorded')}")
         return 0
     if args.report:
-        from st_magnitude.replication.report import write_report
+        from st_magnitude.lab.replication.report import write_report
 
         page = write_report(results or DEFAULT_RESULTS, args.report_path)
         print(f"wrote {page} and {page.parent / 'replication' / 'forest.png'}")
         return 0
     if args.redecide:
-        from st_magnitude.replication.runner import redecide
+        from st_magnitude.lab.replication.runner import redecide
 
         print(f"rewriting {args.redecide}" + (f"; summary to {results}" if results else "; no summary (no --results)"))
         record = redecide(args.redecide, results)
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  wrote {record['full_result']}" + (f" and {record['summary_result']}" if results else ""))
         return 0
     if args.merge:
-        from st_magnitude.replication.merge import merge_runs
+        from st_magnitude.lab.replication.merge import merge_runs
 
         if args.claim:
             raise ValueError(f"--merge takes no claim ({args.claim!r}): each part's file names its claim")
@@ -143,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"name a claim (valid: {', '.join(CLAIM_MODULES)}), or use --list / --report")
     if args.dry_run and results:
         raise ValueError("a dry run writes no summary: leave out --results (its full result goes to --out)")
-    from st_magnitude.replication.overrides import parse_set
-    from st_magnitude.replication.runner import run_claim
+    from st_magnitude.lab.replication.overrides import parse_set
+    from st_magnitude.lab.replication.runner import run_claim
 
     overrides = parse_set(args.set)  # checked against the profile's settings before the run starts
 

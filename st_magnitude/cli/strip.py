@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from st_magnitude.convert import strip_normalize
+    from st_magnitude.model.convert import strip_normalize
 
     if not (Path(args.model) / "modules.json").is_file():
         raise FileNotFoundError(f"{args.model} is not a saved SentenceTransformer folder (no modules.json)")

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
+from st_magnitude.data.beir import BEIRData, doc_text
 from st_magnitude.evaluation.ir import encode_roles, exact_search, retrieval_metrics
-from st_magnitude.integrations.data import BEIRData, doc_text
-from st_magnitude.integrations.models import raw_model
+from st_magnitude.model.load import raw_model
 from st_magnitude.similarity import get_similarity, similarity_names
 
 logger = logging.getLogger(__name__)

@@ -9,14 +9,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from st_magnitude.data.beir import doc_text, load_beir
 from st_magnitude.diagnostics.fim import (
     ConditionNumberResult,
     kappa_min_pairs,
     recommend_normalization,
 )
 from st_magnitude.evaluation.ir import encode_roles
-from st_magnitude.integrations.data import doc_text, load_beir
-from st_magnitude.integrations.models import raw_model
+from st_magnitude.model.load import raw_model
 
 logger = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from st_magnitude.data.beir import BEIRData, doc_text, load_beir, subsample
 from st_magnitude.diagnostics.cross_eval import EVAL_SIMILARITIES, cross_evaluation_from_embeddings, format_matrix
 from st_magnitude.diagnostics.fim import (
     ConditionNumberResult,
@@ -40,9 +41,8 @@ from st_magnitude.diagnostics.norms import (
 )
 from st_magnitude.evaluation.auc import per_query_auc, plot_roc, pooled_auc_pools, pooled_auc_score
 from st_magnitude.evaluation.ir import encode_roles
-from st_magnitude.integrations.data import BEIRData, doc_text, load_beir, subsample
-from st_magnitude.integrations.models import describe_similarity, load_model, raw_model
-from st_magnitude.model_info import model_gammas, model_similarity
+from st_magnitude.model.info import model_gammas, model_similarity
+from st_magnitude.model.load import describe_similarity, load_model, raw_model
 
 logger = logging.getLogger(__name__)
 

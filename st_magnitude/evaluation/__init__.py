@@ -11,6 +11,9 @@
 
 * Search at scale: :func:`topk_search` / :func:`exact_search` (one corpus pass, running top-k), embeddings on disk
   (:class:`EmbeddingStore`, :func:`encode_to_store`), optional faiss inner-product backend (:func:`ann_search`).
+
+* Whole evaluations: :func:`evaluate_model` (:mod:`.runner`, behind ``st-magnitude evaluate``), BEIR's own
+  evaluation (:func:`beir_evaluate`, :mod:`.beir`) and mteb tasks from local folders (:mod:`.mteb`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ __all__ = [
     "PooledAUCEvaluator",
     "RoleIREvaluator",
     "ann_search",
+    "beir_evaluate",
     "contrastive_entropy",
     "encode_roles",
     "encode_to_store",
+    "evaluate_model",
     "exact_search",
     "topk_search",
 ]
@@ -40,5 +45,7 @@ __getattr__, __dir__ = lazy_exports(
         ".search": ("ann_search", "topk_search"),
         "._retrieval": ("encode_roles",),
         ".embeddings_store": ("encode_to_store",),
+        ".beir": ("beir_evaluate",),
+        ".runner": ("evaluate_model",),
     },
 )

@@ -29,9 +29,9 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.evaluation.evaluator import SentenceEvaluator
 from torch import Tensor
 
-from st_magnitude.model_info import model_gammas, training_temperature
+from st_magnitude.model.info import model_gammas, training_temperature
+from st_magnitude.model.truncation import check_truncation
 from st_magnitude.similarity import Similarity, get_similarity
-from st_magnitude.truncation import check_truncation
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class ContrastiveEntropyEvaluator(SentenceEvaluator):
         scale: 1/τ applied to the similarity (paper: 1.0 for BERT raw dot; 50.0 for Ettin cosine, τ = 0.02).
             ``None`` (default): 1/τ with the τ the model was trained at, as recorded by
             :class:`~st_magnitude.losses.BertRecipeLoss` / ``EttinRecipeLoss``
-            (:func:`st_magnitude.model_info.training_temperature`); a model with no recorded τ gets 1.0, with a warning
+            (:func:`st_magnitude.model.info.training_temperature`); a model with no recorded τ gets 1.0, with a warning
             when it is scored by cosine (cosine at τ = 1 keeps every logit in [−1, 1], so the metric sits near
             chance, log(1 + n_negatives)). The scale used is in ``self.last_scale``.
         min_relevance: smallest qrel grade that counts as positive (paper: > 0, i.e. 1).

@@ -32,7 +32,7 @@ from st_magnitude.losses._loss_state import (
     loss_state_dict,
     sync_loss_held_gradients,
 )
-from st_magnitude.model_info import carried_similarity, model_gammas
+from st_magnitude.model.info import carried_similarity, model_gammas
 from st_magnitude.similarity import (
     LearnableSimilarity,
     PowerNormSimilarity,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from st_magnitude.convert import set_training_similarity
 from st_magnitude.losses.margin_contrastive import MarginContrastiveLoss
+from st_magnitude.model.convert import set_training_similarity
 
 __all__ = ["BertRecipeLoss"]
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from torch import nn
 
-from st_magnitude.convert import set_training_similarity
 from st_magnitude.losses._checks import positive_finite
 from st_magnitude.losses.margin_contrastive import MarginContrastiveLoss
+from st_magnitude.model.convert import set_training_similarity
 
 __all__ = ["EttinRecipeLoss"]
 

@@ -26,7 +26,7 @@ import torch
 from sentence_transformers.base.modules import Dense, Normalize, Router
 from torch import Tensor, nn
 
-from st_magnitude._surgery import replace_modules
+from st_magnitude.modules._surgery import replace_modules
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ A document whose norm exceeds M gets 0 as its extra coordinate and keeps its nor
 scored ``q·d / (‖q‖ ‖d‖)`` — below its trained rank when ``q·d > 0`` — and under L2 it is pushed away by
 ``‖d‖² − M²``. The module counts such documents (``n_over_bound``) and warns (:class:`NormBoundWarning`).
 
-An input without a role is refused (``default_role=None``, what :func:`~st_magnitude.stores.prepare_for_store`
+An input without a role is refused (``default_role=None``, what :func:`~st_magnitude.model.stores.prepare_for_store`
 builds): a stack that calls plain ``encode()`` for queries and documents would give its queries the documents'
 extra coordinate, and cosine / L2 would no longer rank as trained.
 
@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from st_magnitude._store_limits import max_norm_problem
 from st_magnitude._warnings import NormBoundWarning
 from st_magnitude.modules._io import ConfigWeightsModule
+from st_magnitude.modules._store_limits import max_norm_problem
 from st_magnitude.modules.role_normalize import ROLES, resolve_role
 
 #: why a role-less input is refused, and what works instead

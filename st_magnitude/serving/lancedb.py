@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from st_magnitude.model.stores import preserved_metrics
 from st_magnitude.serving._encode import encode_documents, encode_queries
 from st_magnitude.serving.metric import best_metric, import_stack, store_metric
-from st_magnitude.stores import preserved_metrics
 
 _emb = import_stack("lancedb.embeddings", "lancedb")
 _pydantic = import_stack("pydantic", "lancedb")
@@ -130,7 +130,7 @@ def lancedb_embedding_function(
 ) -> MagnitudeLanceEmbeddings:
     """Register ``model`` in this process and return the ``"st-magnitude"`` function for it.
 
-    ``model``: a model folder (loaded now, with :func:`st_magnitude.integrations.load_model`, which loads this
+    ``model``: a model folder (loaded now, with :func:`st_magnitude.model.load_model`, which loads this
     package's own modules without ``trust_remote_code``; ``trust_remote_code=True`` for any other custom code, said
     here in code and never read from a table) or a loaded SentenceTransformer. ``name``: the name a table saves
     (default: the folder as given, or an id for a loaded model); to search a saved table in a new process, register
@@ -139,7 +139,7 @@ def lancedb_embedding_function(
     if name is not None and not (isinstance(name, str) and name):
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if isinstance(model, (str, os.PathLike)):
-        from st_magnitude.integrations.models import load_model
+        from st_magnitude.model.load import load_model
 
         key = name or os.fspath(model)
         loaded = load_model(os.fspath(model), trust_remote_code=trust_remote_code)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from st_magnitude.model.stores import preserved_metrics
 from st_magnitude.serving._encode import encode_documents, encode_queries
 from st_magnitude.serving.metric import StoreMetricWarning, import_stack, store_metric
-from st_magnitude.stores import preserved_metrics
 
 _base = import_stack("llama_index.core.embeddings", "llama-index-core")
 

@@ -1,9 +1,9 @@
 """Which store metric keeps a model's ranking: the one check every serving adapter makes.
 
 The top-k of the power-norm family depends only on the document transform (docs/deployment.md): a store metric
-keeps the trained ranking when it is one of :func:`st_magnitude.stores.preserved_metrics`. Stacks spell the metrics
-differently (``ip``, ``dot_product``, ``DOT``, ``euclidean``, ...); :func:`store_metric` maps a stack's spelling to
-``dot`` / ``cosine`` / ``l2`` and refuses one that would rank differently from the trained similarity.
+keeps the trained ranking when it is one of :func:`st_magnitude.model.stores.preserved_metrics`. Stacks spell the
+metrics differently (``ip``, ``dot_product``, ``DOT``, ``euclidean``, ...); :func:`store_metric` maps a stack's spelling
+to ``dot`` / ``cosine`` / ``l2`` and refuses one that would rank differently from the trained similarity.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import importlib
 from typing import Any
 
 from st_magnitude._warnings import StoreMetricWarning
-from st_magnitude.stores import STORES, preserved_metrics
+from st_magnitude.model.stores import STORES, preserved_metrics
 
 __all__ = ["METRIC_ALIASES", "StoreMetricWarning", "best_metric", "import_stack", "store_metric"]
 
@@ -56,7 +56,7 @@ def store_metric(model: Any, metric: str, stack: str = "the vector store") -> st
             f"the model keeps document magnitude, which {canonical} divides out or penalises. Use "
             f"{' or '.join(kept) or 'no store metric'}, or re-export the model for a {canonical} store: "
             f"st-magnitude convert MODEL VARIANT --store {canonical} --norm-texts CORPUS -o OUT "
-            "(Python: st_magnitude.stores.prepare_for_store)."
+            "(Python: st_magnitude.model.stores.prepare_for_store)."
         )
     return canonical
 

@@ -7,7 +7,9 @@ evaluator scores the ONNX vectors with the model's own similarity.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +66,26 @@ def onnx_backed(model: Any, folder: str | Path, *, quantize: str = "none", threa
     """Export ``model`` to ``folder`` (new or empty) and return it backed by the export."""
     export_onnx(model, folder, quantize=quantize)
     return OnnxBacked(model, OnnxEncoder(folder, threads=threads))
+
+
+#: What encodes in ``st-magnitude evaluate --backend``: the torch model, or its ONNX export (f32 fused, or int8).
+BACKENDS = ("torch", "onnx", "onnx-int8")
+
+
+def onnx_encoder(backend: str, threads: int | None = None) -> Callable[[Any], AbstractContextManager] | None:
+    """The ``encoder`` of :func:`~st_magnitude.evaluation.runner.evaluate_folders` for ``backend`` (one of
+    :data:`BACKENDS`): ``None`` for torch; else the model exported to a temporary folder (``"onnx"``: f32 fused,
+    ``"onnx-int8"``: int8 weights) and encoded by ONNX Runtime on ``threads`` threads."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "torch":
+        return None
+
+    @contextmanager
+    def encoder(model: Any) -> Iterator[OnnxBacked]:
+        with tempfile.TemporaryDirectory(prefix="st-magnitude-onnx-") as tmp:
+            yield onnx_backed(
+                model, Path(tmp) / "export", quantize="int8" if backend == "onnx-int8" else "none", threads=threads
+            )
+
+    return encoder

@@ -144,7 +144,7 @@ def test_sigint_is_one_line_not_a_traceback(world, tmp_path):
     # Ctrl-C arrives while the data are read: the command stops with one line and exit code 130
     code = (
         "import os, signal, sys\n"
-        "import st_magnitude.integrations.evaluate as ev\n"
+        "import st_magnitude.evaluation.runner as ev\n"
         "real = ev.load_beir\n"
         "def interrupted(*a, **k):\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
@@ -162,7 +162,7 @@ def test_sigint_is_one_line_not_a_traceback(world, tmp_path):
 def test_failed_diagnose_and_mteb_run_leave_no_output_folder(world, tmp_path, monkeypatch, capsys):
     # failures after the command created its output folder (the up-front checks cannot foresee them)
     import st_magnitude.diagnostics.report as report
-    from st_magnitude.integrations import mteb as our_mteb
+    from st_magnitude.evaluation import mteb as our_mteb
 
     def fail(*args, **kwargs):
         raise ValueError("simulated failure mid-run")

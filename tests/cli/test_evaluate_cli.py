@@ -6,8 +6,8 @@ import pytest
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
-from st_magnitude.integrations.evaluate import evaluate_folders
-from st_magnitude.integrations.models import require_roles
+from st_magnitude.evaluation.runner import evaluate_folders
+from st_magnitude.model.load import require_roles
 
 pytestmark = pytest.mark.toy_beir(n_docs=30, n_queries=8)
 

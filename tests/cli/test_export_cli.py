@@ -7,7 +7,8 @@ from helpers.onnx_marks import ONNX_MARKS
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
-from st_magnitude.integrations.evaluate import BACKENDS, evaluate_folders
+from st_magnitude.evaluation.runner import evaluate_folders
+from st_magnitude.serving.onnx_model import BACKENDS, onnx_encoder
 
 pytestmark = [
     pytest.mark.toy_beir(n_docs=30, n_queries=8),
@@ -31,7 +32,7 @@ def test_export_writes_a_new_folder_and_refuses_a_non_empty_one(saved_tiny, tmp_
 def test_evaluate_with_the_onnx_backend_gives_torch_metrics(tiny_model, toy):
     model = apply_similarity(tiny_model, "qnorm")
     torch_row = evaluate_folders(model, [toy])[0]
-    onnx_row = evaluate_folders(model, [toy], backend="onnx", threads=1)[0]
+    onnx_row = evaluate_folders(model, [toy], encoder=onnx_encoder("onnx", threads=1))[0]
     for metric in ("ndcg@10", "recall@100", "mrr@10", "pooled_auc", "per_query_auc"):
         assert onnx_row[metric] == pytest.approx(torch_row[metric], abs=1e-5), metric
 

@@ -93,7 +93,7 @@ def test_help_and_a_usage_error_import_only_the_command_they_name():
         "from st_magnitude.cli import main\nmain(['evaluate', 'm', '--data', 'x', '--similarity', 'x'])"
     )
     assert "st_magnitude.cli.evaluate" in loaded
-    assert not [m for m in loaded if m.startswith(("st_magnitude.experiments", "st_magnitude.cli.compare"))], loaded
+    assert not [m for m in loaded if m.startswith(("st_magnitude.lab.compare", "st_magnitude.cli.compare"))], loaded
 
 
 @pytest.mark.parametrize(
@@ -118,13 +118,13 @@ def test_the_one_command_parser_parses_like_the_full_one(argv):
 
 
 def test_a_command_whose_area_is_missing_is_left_out(monkeypatch):
-    for name in [m for m in sys.modules if m.startswith(("st_magnitude.cli.compare", "st_magnitude.experiments"))]:
+    for name in [m for m in sys.modules if m.startswith(("st_magnitude.cli.compare", "st_magnitude.lab.compare"))]:
         monkeypatch.delitem(sys.modules, name)
 
-    class NotInThisBuild:  # finds st_magnitude.experiments nowhere, as in a build without that area
+    class NotInThisBuild:  # finds st_magnitude.lab.compare nowhere, as in a build without that area
         @staticmethod
         def find_spec(fullname, path=None, target=None):
-            if fullname == "st_magnitude.experiments":
+            if fullname == "st_magnitude.lab.compare":
                 raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
 
     monkeypatch.setattr(sys, "meta_path", [NotInThisBuild(), *sys.meta_path])

@@ -24,8 +24,8 @@ def test_doc_text_joins_title_and_text_as_mteb():
 
 
 def test_all_callers_share_the_join():
+    from st_magnitude.data.beir import doc_text as integrations_doc_text
     from st_magnitude.evaluation.ir import doc_texts
-    from st_magnitude.integrations.data import doc_text as integrations_doc_text
 
     corpus = {"a": {"title": "T", "text": "x"}, "b": {"title": "", "text": "y "}, "c": "z"}
     assert integrations_doc_text is doc_text

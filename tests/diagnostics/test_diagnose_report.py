@@ -7,8 +7,8 @@ from helpers.toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
 from st_magnitude.cli import main
+from st_magnitude.data.beir import load_beir
 from st_magnitude.diagnostics import cross_evaluation, diagnose
-from st_magnitude.integrations.data import load_beir
 
 pytestmark = pytest.mark.toy_beir(n_docs=24, n_queries=6, train_seed=1)
 
@@ -83,10 +83,10 @@ def test_all_documents_relevant_leaves_cohens_d_undefined(tiny_model, tmp_path):
 def test_label_free_d_in_the_report_ranks_by_cosine(tiny_model_raw, toy, tmp_path):
     # the report's label-free d is the cosine-ranked one on the raw embeddings, and its line does
     # not carry the "> 0 favours qnorm" reading of the labelled d
+    from st_magnitude.data.beir import doc_text
     from st_magnitude.diagnostics.norms import label_free_doc_norm_cohens_d
     from st_magnitude.evaluation.ir import encode_roles
-    from st_magnitude.integrations.data import doc_text
-    from st_magnitude.integrations.models import raw_model
+    from st_magnitude.model.load import raw_model
 
     diag = diagnose(tiny_model_raw, [toy], kappa=False, label_free_k=2, max_seq_length=None, output_dir=tmp_path / "o")
     data = load_beir(toy)
@@ -119,7 +119,7 @@ def test_kappa_pair_budget_defaults_to_8n(tiny_model, toy, tmp_path, monkeypatch
 
 def test_compare_profiles_size_the_kappa_step_from_the_dim():
     # compare's quick/full κ steps use the 8n default (800 / 2000 were below it for n = 384)
-    from st_magnitude.experiments.config import PROFILES, CompareConfig
+    from st_magnitude.lab.compare.config import PROFILES, CompareConfig
 
     assert PROFILES["quick"]["kappa_pairs"] is None and PROFILES["full"]["kappa_pairs"] is None
     assert CompareConfig().kappa_pairs is None

@@ -247,7 +247,7 @@ def test_kappa_rule_on_minilm_below_and_at_the_minimum(minilm_dir, beir_dir):
     # with no interval. 8n = 3072 NFCorpus train pairs, seed 42, 20 half-samples (compare --quick's κ step):
     # qnorm, confident — the numbers in README "Results" and docs/diagnostics.md.
     from st_magnitude.diagnostics import run_kappa
-    from st_magnitude.integrations.models import load_model
+    from st_magnitude.model.load import load_model
 
     torch.set_num_threads(2)
     model = load_model(str(minilm_dir), max_seq_length=64)

@@ -92,7 +92,7 @@ def test_bad_inputs_are_named():
 
 
 def test_report_and_calibrated_similarity_on_a_tiny_model(tiny_model, tmp_path):
-    from st_magnitude.integrations.data import load_beir
+    from st_magnitude.data.beir import load_beir
 
     data = load_beir(write_toy_beir(tmp_path / "toy", n_docs=16, n_queries=6))
     pools = calibration_pools(tiny_model, data.queries, data.corpus, data.qrels, n_negatives=5)

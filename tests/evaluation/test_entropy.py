@@ -147,7 +147,7 @@ def test_query_subset_uses_only_given_queries(tiny_model_raw):
 # --- a recipe leaves the model serving what it trained, and the evaluator reads τ from it ---
 def test_bert_recipe_model_is_served_and_scored_with_raw_dot(tiny_model_raw):
     from st_magnitude.losses import BertRecipeLoss
-    from st_magnitude.model_info import training_temperature
+    from st_magnitude.model.info import training_temperature
     from st_magnitude.modules.dimension_projection import add_dimension_projection
 
     model = tiny_model_raw
@@ -165,7 +165,7 @@ def test_bert_recipe_model_is_served_and_scored_with_raw_dot(tiny_model_raw):
 
 def test_ettin_recipe_temperature_reaches_the_evaluator(tiny_model):
     from st_magnitude.losses import EttinRecipeLoss
-    from st_magnitude.model_info import training_temperature
+    from st_magnitude.model.info import training_temperature
 
     EttinRecipeLoss(tiny_model, temperature=0.02)
     assert tiny_model.similarity_fn_name == "cosine" and training_temperature(tiny_model) == 0.02

@@ -154,8 +154,8 @@ def test_bad_inputs_have_clear_errors():
 def test_pooled_auc_bootstrap_resamples_every_query():
     """Regression: the grouped pools were a 3-tuple, so the bootstrap drew from queries 0..2 only."""
     from st_magnitude.evaluation.auc import pooled_auc_score
-    from st_magnitude.replication.claims._shared import compare_auc
-    from st_magnitude.replication.common import pooled_auc_statistic
+    from st_magnitude.lab.replication.claims._shared import compare_auc
+    from st_magnitude.lab.replication.common import pooled_auc_statistic
 
     rng = np.random.default_rng(7)
     n_q = 12

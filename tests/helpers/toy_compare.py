@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from st_magnitude.experiments.config import CompareConfig
+from st_magnitude.lab.compare.config import CompareConfig
 
 
 def toy_compare_config(model_dir, data, out, **kw) -> CompareConfig:

@@ -10,7 +10,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize
 
 from st_magnitude import MagnitudeCollapseWarning, apply_similarity, strip_normalize
-from st_magnitude.model_info import model_gammas
+from st_magnitude.model.info import model_gammas
 from st_magnitude.similarity import get_similarity
 
 pytestmark = pytest.mark.slow

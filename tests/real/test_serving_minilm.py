@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from st_magnitude import apply_similarity, convert_for_store
+from st_magnitude.data.beir import load_beir, subsample
 from st_magnitude.data.text import doc_text
-from st_magnitude.integrations.data import load_beir, subsample
-from st_magnitude.integrations.models import load_model
+from st_magnitude.model.load import load_model
 from st_magnitude.serving.agreement import (
     STACKS,
     memoise_encodings,

@@ -41,7 +41,7 @@ def test_reduced_mode_measures_every_backend_against_torch(tiny_bert_dir, toy, t
     assert rows[("fused", 1)]["max_abs_error"] <= 1e-5 and rows[("fused", 1)]["top10_overlap"] == 1
     assert rows[("int8-all", 1)]["max_abs_error"] > 1e-5  # quantized: measured, not equal
     # nDCG@10 of each backend on the nDCG corpus, against torch's own evaluation of the same model
-    from st_magnitude.integrations.evaluate import evaluate_folders
+    from st_magnitude.evaluation.runner import evaluate_folders
 
     torch_ndcg = evaluate_folders(apply_similarity(build_tiny_st(tiny_bert_dir), "qnorm"), [toy], max_seq_length=32)
     assert result["ndcg@10"]["torch"]["ndcg@10"] == pytest.approx(torch_ndcg[0]["ndcg@10"], abs=1e-6)

@@ -144,7 +144,7 @@ def test_a_table_reopened_in_a_new_process_needs_the_model_registered_by_name(ti
 
 def test_evil_folder_fixture_really_runs_code(tiny_bert_dir, tmp_path):
     """The marker works: loading the folder with ``trust_remote_code=True`` in code does import the module."""
-    from st_magnitude.integrations.models import load_model
+    from st_magnitude.model.load import load_model
 
     folder, marker = _evil_folder(tiny_bert_dir, tmp_path)
     with pytest.raises(Exception):  # noqa: B017, PT011  (the module has no class Evil: only the import matters)

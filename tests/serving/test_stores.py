@@ -12,10 +12,10 @@ from sentence_transformers import SentenceTransformer
 
 from st_magnitude import NormBoundWarning, apply_similarity, convert_for_store
 from st_magnitude.cli import main
-from st_magnitude.integrations.models import load_model
+from st_magnitude.model.load import load_model
+from st_magnitude.model.stores import prepare_for_store, preserved_metrics, set_default_route
 from st_magnitude.modules import MIPSAugment
 from st_magnitude.serving.agreement import reference_ranking
-from st_magnitude.stores import prepare_for_store, preserved_metrics, set_default_route
 
 pytestmark = pytest.mark.filterwarnings("ignore::st_magnitude.MagnitudeCollapseWarning")
 
@@ -185,6 +185,6 @@ def test_cli_store_and_default_route(saved_tiny, tmp_path, toy_queries, toy_docs
 
 def test_cli_store_names_match_the_library():
     from st_magnitude.cli import convert as cli_convert
-    from st_magnitude.stores import DEFAULT_ROUTES, STORES
+    from st_magnitude.model.stores import DEFAULT_ROUTES, STORES
 
     assert cli_convert.STORES == STORES and cli_convert.DEFAULT_ROUTES == DEFAULT_ROUTES

@@ -1,0 +1,59 @@
+"""Fast bootstrap statistics of the claims against their references: the pooled AUC from query × query pair counts
+equals ranking the concatenated pools of the resampled queries (:func:`st_magnitude.evaluation.pooled_auc_score`,
+itself equal to sklearn); the table-5 Spearman equals scipy's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from st_magnitude.evaluation.auc import pooled_auc_score
+from st_magnitude.lab.replication.common import QueryPools, auc_stat
+
+
+def test_pair_count_auc_equals_the_concatenated_pools_with_ties_and_empty_queries():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        n = int(rng.integers(2, 15))
+        pools = QueryPools(
+            [np.round(rng.normal(1, 1, rng.integers(0, 4)), 1) for _ in range(n)],  # rounded: ties; 0: empty
+            [np.round(rng.normal(0, 1, rng.integers(0, 9)), 1) for _ in range(n)],
+        )
+        for _ in range(5):
+            idx = rng.integers(0, n, n)
+            pos = np.concatenate([pools.positives[i] for i in idx])
+            neg = np.concatenate([pools.negatives[i] for i in idx])
+            if len(pos) == 0 or len(neg) == 0:
+                assert np.isnan(auc_stat(pools, idx))
+            else:
+                assert np.isclose(auc_stat(pools, idx), pooled_auc_score(pos, neg), rtol=0, atol=1e-12), trial
+
+
+def test_table5_spearman_equals_scipy_with_ties():
+    from scipy.stats import spearmanr
+
+    from st_magnitude.lab.replication.claims.c000_table5 import spearman
+
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        a, b = np.round(rng.normal(size=50), 1), np.round(rng.normal(size=50), 1)
+        assert np.isclose(spearman(a, b), spearmanr(a, b).statistic, rtol=0, atol=1e-12)
+
+
+def test_compact_pools_give_the_same_bootstrap_statistic():
+    from st_magnitude.lab.replication.common import compact_pools, pooled_auc_statistic
+
+    rng = np.random.default_rng(2)
+    n = 12
+    pq = np.repeat(np.arange(n), 3)
+    nq = np.repeat(np.arange(n), 7)
+    stored = {
+        "positives": rng.normal(1, 1, len(pq)).astype(np.float32).tolist(),
+        "negatives": rng.normal(0, 1, len(nq)).astype(np.float32).tolist(),
+        "positive_query": pq.tolist(),
+        "negative_query": nq.tolist(),
+    }
+    flat, compact = pooled_auc_statistic(stored, n), pooled_auc_statistic(compact_pools(stored, n), n)
+    assert len(compact) == n
+    for _ in range(10):
+        idx = rng.integers(0, n, n)
+        assert auc_stat(compact, idx) == auc_stat(flat, idx)
