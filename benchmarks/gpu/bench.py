@@ -440,7 +440,7 @@ def section_trainer(args, ctx) -> dict:
 
     from st_magnitude.cli import main as cli_main
     from st_magnitude.lab.compare.config import PROFILES
-    from st_magnitude.lab.compare.training import training_pairs
+    from st_magnitude.lab.engine.data import training_pairs
 
     device, sizes, work = ctx["device"], ctx["sizes"], ctx["work"]
     full = PROFILES["full"]

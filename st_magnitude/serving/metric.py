@@ -2,8 +2,8 @@
 
 The top-k of the power-norm family depends only on the document transform (docs/deployment.md): a store metric
 keeps the trained ranking when it is one of :func:`st_magnitude.model.stores.preserved_metrics`. Stacks spell the
-metrics differently (``ip``, ``dot_product``, ``DOT``, ``euclidean``, ...); :func:`store_metric` maps a stack's spelling
-to ``dot`` / ``cosine`` / ``l2`` and refuses one that would rank differently from the trained similarity.
+metrics differently (``ip``, ``dot_product``, ``DOT``, ``euclidean``, ...); :func:`store_metric` maps a stack's
+spelling to ``dot`` / ``cosine`` / ``l2`` and refuses one that would rank differently from the trained similarity.
 """
 
 from __future__ import annotations

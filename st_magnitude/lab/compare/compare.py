@@ -40,11 +40,14 @@ from st_magnitude.lab.compare.config import (
     _check_writable,
     validate,
 )
-from st_magnitude.lab.compare.eval_sets import EvalSet, evaluate_sets, load_eval_sets
+from st_magnitude.lab.compare.eval_sets import EvalSet, load_eval_sets
 from st_magnitude.lab.compare.reports import write_reports
-from st_magnitude.lab.compare.training import load_base_model, train_run, trained_info, training_pairs
+from st_magnitude.lab.compare.training import train_run, trained_info
 from st_magnitude.lab.engine import dist as _dist
+from st_magnitude.lab.engine.data import training_pairs
+from st_magnitude.lab.engine.evaluation import evaluate_sets
 from st_magnitude.lab.engine.lock import OutputLock
+from st_magnitude.lab.engine.models import load_base_model
 
 logger = logging.getLogger(__name__)
 

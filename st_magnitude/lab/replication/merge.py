@@ -20,11 +20,11 @@ from typing import Any
 from st_magnitude._trust import InputFileError
 from st_magnitude._trust.outputs import check_output_dir
 from st_magnitude._trust.write import write_json_atomic
+from st_magnitude.lab.engine.machine import COST_KEYS
 from st_magnitude.lab.replication.items import write_items
 from st_magnitude.lab.replication.resume import run_differences
 from st_magnitude.lab.replication.run_file import RULE_INPUT_ERRORS, read_run, refuse_unreadable_decision
 from st_magnitude.lab.replication.runner import (
-    COST_KEYS,
     check_replace,
     decide_again,
     public_command,

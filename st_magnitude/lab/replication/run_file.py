@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude._trust import Fields, InputFileError, read_json
+from st_magnitude.lab.engine.machine import COST_KEYS
 from st_magnitude.lab.replication.claim import PROFILES
 from st_magnitude.lab.replication.claims import CLAIM_MODULES
 
@@ -38,8 +39,7 @@ RUN_KEYS = frozenset(
 )  # fmt: skip
 _TEXT_KEYS = ("paper", "title", "statement", "paper_number", "verdict_rule", "can_establish", "command", "verdict")
 _STAMP_KEYS = ("started_utc", "finished_utc", "merged_utc", "redecided_utc")
-_COST_KEYS = ("cpu_seconds", "cpu_seconds_process", "cpu_seconds_children", "wall_seconds")
-_RESOURCE_KEYS = frozenset({*_COST_KEYS, "load_average_start", "load_average_end", "processes", "parts"})
+_RESOURCE_KEYS = frozenset({*COST_KEYS, "load_average_start", "load_average_end", "processes", "parts"})
 _MACHINE_KEYS = frozenset(
     {"host", "platform", "python", "torch", "cpu_count", "torch_threads", "device", "gpu", "sentence_transformers",
      "transformers"}
@@ -118,7 +118,7 @@ MAX_SECONDS = 1e9
 
 
 def _resources(f: Fields) -> dict[str, Any]:
-    for key in _COST_KEYS:
+    for key in COST_KEYS:
         f.get(key, (float, type(None)), None, lo=0, hi=MAX_SECONDS)
     for key in ("load_average_start", "load_average_end"):
         f.get(key, (list, type(None)), None, check=_numbers)

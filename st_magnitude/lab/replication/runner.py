@@ -23,13 +23,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import platform
-import resource
 import shlex
-import socket
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -37,16 +33,18 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from st_magnitude._trust import InputFileError, check_name
 from st_magnitude._trust.outputs import check_output_dir, check_output_file
 from st_magnitude._trust.write import write_json_atomic
 from st_magnitude._warnings import AsymmetricSimilarityWarning, MagnitudeCollapseWarning
+from st_magnitude.data.home import resolve_data_dir
 from st_magnitude.lab.engine.lock import OutputLock
+from st_magnitude.lab.engine.machine import Meter, machine_info, with_earlier_processes
+from st_magnitude.lab.engine.models import check_model_arg
+from st_magnitude.lab.engine.seeds import resolve_device, set_seed
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.claims import get_claim
-from st_magnitude.lab.replication.common import Context, check_model_arg, resolve_data_dir, resolve_device, set_seed
+from st_magnitude.lab.replication.common import Context
 from st_magnitude.lab.replication.items import PER_ITEM_KEYS, write_items
 from st_magnitude.lab.replication.overrides import apply_overrides
 from st_magnitude.lab.replication.resume import find_resumable
@@ -54,83 +52,10 @@ from st_magnitude.lab.replication.run_file import RULE_INPUT_ERRORS, read_run, r
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Meter", "machine_info", "redecide", "run_claim", "slim"]
+__all__ = ["redecide", "run_claim", "slim"]
 
 #: keys holding per-item arrays, dropped from the small summary file (kept in its per-item values file)
 _BULKY = PER_ITEM_KEYS
-
-
-def machine_info(device: str) -> dict[str, Any]:
-    info = {
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "device": device,
-    }
-    try:
-        import sentence_transformers
-        import transformers
-
-        info["sentence_transformers"] = sentence_transformers.__version__
-        info["transformers"] = transformers.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
-def _cpu_seconds() -> tuple[float, float]:
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
-
-
-def _load() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:  # pragma: no cover - platforms without a load average
-        return None
-
-
-class Meter:
-    """CPU-seconds (this process + finished children), wall seconds and load average since construction."""
-
-    def __init__(self) -> None:
-        self._wall, self._cpu, self._load = time.perf_counter(), _cpu_seconds(), _load()
-
-    def read(self) -> dict[str, Any]:
-        own, kids = _cpu_seconds()
-        own, kids = own - self._cpu[0], kids - self._cpu[1]
-        return {
-            "cpu_seconds": round(own + kids, 2),
-            "cpu_seconds_process": round(own, 2),
-            "cpu_seconds_children": round(kids, 2),
-            "wall_seconds": round(time.perf_counter() - self._wall, 2),
-            "load_average_start": self._load,
-            "load_average_end": _load(),
-        }
-
-
-#: the summed fields of a run's recorded cost
-COST_KEYS = ("cpu_seconds", "cpu_seconds_process", "cpu_seconds_children", "wall_seconds")
-
-
-def with_earlier_processes(resources: dict[str, Any], earlier: list[dict[str, Any] | None] | None) -> dict[str, Any]:
-    """A run's whole cost: this process's ``resources`` plus those of the killed processes it resumed (``earlier``,
-    each up to its last finished seed), so a resumed run reports what all its seeds cost, not only the last part."""
-    total = dict(resources)
-    for before in earlier or []:
-        for k in COST_KEYS:
-            if before and before.get(k) is not None and total.get(k) is not None:
-                total[k] = round(total[k] + before[k], 2)
-    if earlier:
-        total["processes"] = 1 + len(earlier)
-        if earlier[0] and earlier[0].get("load_average_start") is not None:
-            total["load_average_start"] = earlier[0]["load_average_start"]  # the load when the run began
-    return total
 
 
 def run_name(claim_id: str, profile: str, tag: str | None) -> str:

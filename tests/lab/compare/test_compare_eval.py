@@ -11,8 +11,9 @@ from helpers.toy_beir import write_toy_beir
 from st_magnitude import apply_similarity
 from st_magnitude.evaluation.runner import PER_QUERY_KEY, evaluate_model
 from st_magnitude.lab.compare.config import CompareConfig
-from st_magnitude.lab.compare.eval_sets import evaluate_sets, load_eval_sets
-from st_magnitude.lab.compare.training import load_base_model
+from st_magnitude.lab.compare.eval_sets import load_eval_sets
+from st_magnitude.lab.engine.evaluation import evaluate_sets
+from st_magnitude.lab.engine.models import load_base_model
 
 CORE = ("ndcg@10", "recall@100", "mrr@10", "pooled_auc", "per_query_auc")
 

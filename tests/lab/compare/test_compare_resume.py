@@ -22,8 +22,9 @@ from st_magnitude.cli.compare import INTERRUPTED
 from st_magnitude.lab.compare import compare as C
 from st_magnitude.lab.compare import training as T
 from st_magnitude.lab.compare.config import CompareConfig
+from st_magnitude.lab.engine import training as ET
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: Each test trains (and re-trains after an interruption) compare runs: minutes of CPU, outside the default run.
 pytestmark = pytest.mark.heavy
 STEPS, SAVE = 8, 2
@@ -89,14 +90,14 @@ def no_time(rows: list[dict]) -> list[dict]:
 
 def interrupt_at(monkeypatch, step: int) -> None:
     """Raise KeyboardInterrupt in the loss forward of training step ``step`` (1-based, counted over the run)."""
-    real = T._TrainProgress.record
+    real = ET.TrainProgress.record
 
     def record(self, module, inputs, output):
         real(self, module, inputs, output)
         if self.loss_steps == step:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(T._TrainProgress, "record", record)
+    monkeypatch.setattr(ET.TrainProgress, "record", record)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,7 @@ def test_resume_is_bit_identical_and_reports_the_whole_run(setup, reference, tmp
     assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-4"]
     assert not (out / ".lock").exists()  # the lock is released on the way out
     before = json.loads((ckpts / "checkpoint-4" / "trainer_state.json").read_text())
-    first_part = T._TrainProgress.from_state(before)
+    first_part = ET.TrainProgress.from_state(before)
     assert first_part.loss_steps == 4 and first_part.seconds > 0
 
     result = C.run_compare(cfg(setup, out), log=quiet)
@@ -248,14 +249,14 @@ def test_failed_data_validation_writes_nothing_and_binds_nothing(setup, tmp_path
 def test_at_most_one_checkpoint_is_kept_and_none_at_the_last_step(setup, tmp_path, monkeypatch):
     out = tmp_path / "out"
     seen: list[list[str]] = []
-    real = T._TrainProgress.record
+    real = ET.TrainProgress.record
     ckpts = out / "runs" / "learnable-infonce" / "checkpoints"
 
     def record(self, module, inputs, output):
         real(self, module, inputs, output)
         seen.append(sorted(p.name for p in ckpts.glob("checkpoint-*")) if ckpts.is_dir() else [])
 
-    monkeypatch.setattr(T._TrainProgress, "record", record)
+    monkeypatch.setattr(ET.TrainProgress, "record", record)
     C.run_compare(cfg(setup, out), log=quiet)
     assert max(len(s) for s in seen) == 1  # the previous one is rotated away once the next is whole
     assert seen[-1] == ["checkpoint-6"]  # before the last step; no checkpoint-8 is written
@@ -300,12 +301,13 @@ def test_ctrl_c_prints_one_line_and_a_rerun_resumes(setup, reference, tmp_path):
 import os, signal, sys
 from st_magnitude.lab.compare import compare as C
 from st_magnitude.lab.compare import training as T
-real = T._TrainProgress.record
+from st_magnitude.lab.engine import training as ET
+real = ET.TrainProgress.record
 def record(self, *a):
     real(self, *a)
     if self.loss_steps == 5:
         os.kill(os.getpid(), signal.SIGINT)
-T._TrainProgress.record = record
+ET.TrainProgress.record = record
 from st_magnitude.cli import main
 sys.exit(main({argv!r}))
 """

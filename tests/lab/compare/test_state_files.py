@@ -12,6 +12,7 @@ import pytest
 
 from st_magnitude._trust import InputFileError
 from st_magnitude.lab.compare import compare, seeds, training
+from st_magnitude.lab.engine import training as engine_training
 from st_magnitude.lab.engine.lock import FolderLocked, OutputLock
 
 
@@ -48,23 +49,23 @@ def test_train_json_of_a_finished_run_is_checked(tmp_path):
 def _checkpoint(root, step: int, state: str):
     folder = root / f"checkpoint-{step}"
     folder.mkdir(parents=True)
-    (folder / training.CHECKPOINT_STATE).write_text(state)
+    (folder / engine_training.CHECKPOINT_STATE).write_text(state)
     return folder
 
 
 def test_a_truncated_checkpoint_is_removed_and_a_hand_edited_one_is_named(tmp_path):
-    name = training._TrainProgress.NAME
+    name = engine_training.TrainProgress.NAME
     whole = {"global_step": 4, "stateful_callbacks": {name: {"attributes": {"loss_sum": 2.0, "loss_steps": 4,
                                                                              "seconds": 1.5}}}}  # fmt: skip
     kept = _checkpoint(tmp_path, 4, json.dumps(whole))
     cut = _checkpoint(tmp_path, 8, json.dumps(whole)[:30])  # a kill while the Trainer wrote it
-    assert training.whole_checkpoints(tmp_path, log=lambda m: None) == [kept] and not cut.exists()
+    assert engine_training.whole_checkpoints(tmp_path, log=lambda m: None) == [kept] and not cut.exists()
     bad = json.loads(json.dumps(whole))
     bad["global_step"] = 12
     bad["stateful_callbacks"][name]["attributes"] = {"loss_sum": 2.0, "steps": 4}
     edited = _checkpoint(tmp_path, 12, json.dumps(bad))
     with pytest.raises(InputFileError, match=r"checkpoint-12/trainer_state\.json: key .*loss_steps'"):
-        training.whole_checkpoints(tmp_path, log=lambda m: None)
+        engine_training.whole_checkpoints(tmp_path, log=lambda m: None)
     assert edited.exists()  # named, not deleted
 
 

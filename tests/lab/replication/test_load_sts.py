@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from st_magnitude._trust import InputFileError
-from st_magnitude.lab.replication.common import load_sts
+from st_magnitude.lab.engine.data import load_sts
 
 ROW = "main-captions\tMSRvid\t2012test\t{i:04d}\t{score}\tA man plays a guitar.\tA man plays the guitar{i}.\n"
 

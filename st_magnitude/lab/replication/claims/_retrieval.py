@@ -6,7 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from st_magnitude import apply_similarity
-from st_magnitude.lab.replication.common import Context, base_model, compact_pools, evaluate_retrieval, set_seed, train
+from st_magnitude.lab.engine.evaluation import evaluate_retrieval
+from st_magnitude.lab.engine.models import base_model
+from st_magnitude.lab.engine.seeds import set_seed
+from st_magnitude.lab.replication.common import Context, compact_pools, train
 from st_magnitude.losses import PartialNormInfoNCELoss
 
 __all__ = ["converted_infonce", "evaluate_all", "fine_tune", "fine_tune_and_eval"]
@@ -34,7 +37,7 @@ def evaluate_all(
     auc_negatives: int = 100,
     keep_pools: bool = False,
 ) -> dict:
-    """:func:`~st_magnitude.lab.replication.common.evaluate_retrieval` on every set. The pooled-AUC pools are kept (as
+    """:func:`~st_magnitude.lab.engine.evaluation.evaluate_retrieval` on every set. The pooled-AUC pools are kept (as
     pair counts, :func:`~st_magnitude.lab.replication.common.compact_pools`) only with ``keep_pools``: a claim that
     compares pooled AUC across arms needs them, the others report the metric alone."""
     out = {}

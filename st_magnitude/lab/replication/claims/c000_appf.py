@@ -23,17 +23,13 @@ import torch
 from st_magnitude import model_similarity
 from st_magnitude.evaluation import DualSimilarityEvaluator, encode_roles, stats
 from st_magnitude.evaluation.dual import MagnitudeCollapseDetected
+from st_magnitude.lab.engine.data import retrieval_pairs
+from st_magnitude.lab.engine.evaluation import evaluate_retrieval
+from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.claims._retrieval import converted_infonce, fine_tune
 from st_magnitude.lab.replication.claims._shared import arm_summary, compare_metric, eval_sets, retrieval_profile
-from st_magnitude.lab.replication.common import (
-    Context,
-    base_model,
-    beir_folder,
-    describe_model,
-    evaluate_retrieval,
-    retrieval_pairs,
-)
+from st_magnitude.lab.replication.common import Context, beir_folder
 from st_magnitude.lab.replication.gates import apply_gates, beats_base, judge_stored
 from st_magnitude.model import raw_model
 

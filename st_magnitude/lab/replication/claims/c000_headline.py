@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import Counter
 
 from st_magnitude.evaluation import stats
+from st_magnitude.lab.engine.data import retrieval_pairs
+from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.claims._retrieval import converted_infonce, evaluate_all, fine_tune_and_eval
 from st_magnitude.lab.replication.claims._shared import (
@@ -23,7 +25,7 @@ from st_magnitude.lab.replication.claims._shared import (
     eval_sets,
     retrieval_profile,
 )
-from st_magnitude.lab.replication.common import Context, base_model, beir_folder, describe_model, retrieval_pairs
+from st_magnitude.lab.replication.common import Context, beir_folder
 from st_magnitude.lab.replication.gates import NOT_REACHED, apply_gates, beats_base
 
 VARIANTS = ("cosine", "dot", "qnorm", "dnorm")

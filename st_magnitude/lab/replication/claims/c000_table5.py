@@ -18,8 +18,11 @@ from torch import nn
 
 from st_magnitude import apply_similarity
 from st_magnitude.evaluation import stats
+from st_magnitude.lab.engine.data import load_sts
+from st_magnitude.lab.engine.models import base_model, describe_model
+from st_magnitude.lab.engine.seeds import set_seed
 from st_magnitude.lab.replication.claim import Claim
-from st_magnitude.lab.replication.common import Context, base_model, describe_model, load_sts, set_seed, train
+from st_magnitude.lab.replication.common import Context, train
 from st_magnitude.lab.replication.gates import apply_gates, beats_base
 
 ARMS = {"cosine": "cosine", "dot": "dot", "sent1norm": "qnorm", "sent2norm": "dnorm"}

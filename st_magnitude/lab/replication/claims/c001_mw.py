@@ -20,6 +20,8 @@ import torch
 
 from st_magnitude import apply_similarity
 from st_magnitude.evaluation import encode_roles, stats
+from st_magnitude.lab.engine.evaluation import evaluate_retrieval
+from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.claims._early_stop import EarlyStopping
 from st_magnitude.lab.replication.claims._retrieval import evaluate_all, fine_tune
@@ -30,14 +32,7 @@ from st_magnitude.lab.replication.claims._shared import (
     eval_sets,
     retrieval_profile,
 )
-from st_magnitude.lab.replication.common import (
-    Context,
-    base_model,
-    beir_folder,
-    describe_model,
-    evaluate_retrieval,
-    load_eval_set,
-)
+from st_magnitude.lab.replication.common import Context, beir_folder, load_eval_set
 from st_magnitude.lab.replication.gates import apply_gates, beats_base, converged, judge_stored
 from st_magnitude.losses import MWLoss, PartialNormInfoNCELoss
 

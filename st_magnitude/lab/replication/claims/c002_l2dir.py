@@ -16,10 +16,12 @@ import torch
 
 from st_magnitude.callbacks import LossStateCallback
 from st_magnitude.evaluation import stats
+from st_magnitude.lab.engine.data import retrieval_pairs
+from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.claims._retrieval import evaluate_all, fine_tune_and_eval
 from st_magnitude.lab.replication.claims._shared import arm_summary, compare_metric, eval_sets, retrieval_profile
-from st_magnitude.lab.replication.common import Context, base_model, beir_folder, describe_model, retrieval_pairs
+from st_magnitude.lab.replication.common import Context, beir_folder
 from st_magnitude.lab.replication.gates import apply_gates, beats_base
 from st_magnitude.losses import L2DirLoss
 from st_magnitude.losses.info_tn import InfoTNCollapseWarning, info_nce_loss

@@ -24,10 +24,12 @@ import torch
 from st_magnitude import apply_similarity
 from st_magnitude.evaluation import contrastive_entropy, encode_roles, stats
 from st_magnitude.evaluation.entropy import sample_negatives
+from st_magnitude.lab.engine.data import retrieval_pairs
+from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.claims._retrieval import fine_tune
 from st_magnitude.lab.replication.claims._shared import eval_sets, retrieval_profile
-from st_magnitude.lab.replication.common import Context, base_model, beir_folder, describe_model, retrieval_pairs
+from st_magnitude.lab.replication.common import Context, beir_folder
 from st_magnitude.lab.replication.gates import apply_gates, beats_base
 from st_magnitude.losses import PartialNormInfoNCELoss
 from st_magnitude.modules import DimensionProjection

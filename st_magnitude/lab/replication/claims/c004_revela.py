@@ -27,10 +27,12 @@ import numpy as np
 import torch
 
 from st_magnitude.evaluation import stats
+from st_magnitude.lab.engine.models import base_model, describe_model
+from st_magnitude.lab.engine.seeds import set_seed
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.claims._retrieval import evaluate_all
 from st_magnitude.lab.replication.claims._shared import arm_summary, compare_metric, eval_sets
-from st_magnitude.lab.replication.common import Context, base_model, beir_folder, describe_model, set_seed, train
+from st_magnitude.lab.replication.common import Context, beir_folder, train
 from st_magnitude.lab.replication.gates import apply_gates, judge_stored
 from st_magnitude.losses import RevelaLoss
 
