@@ -45,8 +45,8 @@ def section(title: str) -> str:
 
 
 def test_every_registered_stack_has_its_row_and_section():
-    """ "The stacks" has one table row per registered stack (``| Title (`package`) |``) and a ``### Title`` section,
-    and no row for a stack without an adapter."""
+    """The section "The stacks" has one table row per registered stack (``| Title (`package`) |``) and one
+    ``### Title`` section, in registry order, and none for a stack without an adapter."""
     stacks = section("The stacks")
     rows = re.findall(r"^\| (\w+) \(`([\w.-]+)`\) \|", stacks, re.M)
     assert rows == [(spec.title, spec.package) for spec in STACK_REGISTRY.values()]
