@@ -28,24 +28,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-#: the stack metrics measured: the adapter's default (None) and the other metrics each stack offers
-STACK_METRICS = {
-    "langchain": ["cosine"],
-    "llamaindex": ["cosine"],
-    "haystack": ["dot", "cosine"],
-    "chroma": ["dot", "cosine", "l2"],
-    "lancedb": ["dot", "cosine", "l2"],
-    "qdrant": ["dot", "cosine", "l2"],
-}
-STACK_NAMES = {
-    "langchain": {"cosine": "InMemoryVectorStore (cosine)"},
-    "llamaindex": {"cosine": "SimpleVectorStore (cosine)"},
-    "haystack": {"dot": "dot_product", "cosine": "cosine"},
-    "chroma": {"dot": "ip", "cosine": "cosine", "l2": "l2"},
-    "lancedb": {"dot": "dot", "cosine": "cosine", "l2": "l2"},
-    "qdrant": {"dot": "DOT", "cosine": "COSINE", "l2": "EUCLID"},
-}
-
 
 def exact_rank(q, d, metric: str, k: int) -> list[list[int]]:
     """Top-k by exact cosine / L2 / dot in float64 (ties: lower index first)."""
@@ -124,6 +106,7 @@ def main() -> int:
     from st_magnitude.model.offline import offline_model_path
     from st_magnitude.model.stores import convert_for_store
     from st_magnitude.modules.mips_augment import MIPSAugment
+    from st_magnitude.serving._stacks import STACK_REGISTRY
     from st_magnitude.serving.agreement import memoise_encodings as memoise
     from st_magnitude.serving.agreement import reference_ranking, stack_ranking, top_k_agreement
 
@@ -191,8 +174,8 @@ def main() -> int:
             results[f"no-export/{metric}"] = {"overlap": ov, "identical": same}
             store_rows.append(f"| plain qnorm (no `--store`) | exact {metric} | {ov:.2f} / {same:.2f} |")
 
-        for stack, metrics in STACK_METRICS.items():
-            for metric in metrics:
+        for stack, spec in STACK_REGISTRY.items():  # every metric each stack offers
+            for metric in spec.metrics:
                 cells = []
                 for var, (trained, export, ref) in models.items():
                     model = trained if metric == "dot" else export
@@ -201,7 +184,7 @@ def main() -> int:
                     results[f"{stack}/{metric}/{var}"] = {"overlap": ov, "identical": same}
                     cells.append(f"{ov:.2f} / {same:.2f}")
                 note = "as trained" if metric == "dot" else "dnorm as trained; qnorm, learnable `--store cosine`"
-                rows.append(f"| {stack} | {STACK_NAMES[stack][metric]} | {note} | " + " | ".join(cells) + " |")
+                rows.append(f"| {stack} | {spec.metric_label(metric)} | {note} | " + " | ".join(cells) + " |")
 
     wall, cpu = time.time() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -45,6 +45,11 @@ def test_cli_parser_imports_nothing_heavy():
     assert _heavy_modules_after(code) == []
 
 
+def test_serving_and_its_stack_registry_import_nothing_heavy():
+    """Tests and benchmarks parametrise over the stack registry: reading it loads no stack, torch or numpy."""
+    assert _heavy_modules_after("import st_magnitude.serving, st_magnitude.serving._stacks") == []
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_package_import_is_lazy(package):
     assert _heavy_modules_after(f"import {package}") == []

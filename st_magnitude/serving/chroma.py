@@ -8,16 +8,17 @@ parameters (``ef_search``) large enough that the approximate search returns the 
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from st_magnitude.serving._encode import encode_documents, encode_queries
+from st_magnitude.serving._stacks import STACK_REGISTRY
 from st_magnitude.serving.metric import best_metric, import_stack, store_metric
 
-_types = import_stack("chromadb.api.types", "chromadb")
+_STACK = STACK_REGISTRY["chroma"]
+_types = import_stack("chromadb.api.types", _STACK.package)
 
 __all__ = ["MagnitudeChromaEmbeddingFunction", "chroma_collection"]
-
-_SPACES = {"dot": "ip", "cosine": "cosine", "l2": "l2"}
 
 
 class MagnitudeChromaEmbeddingFunction(_types.EmbeddingFunction):
@@ -54,10 +55,10 @@ class MagnitudeChromaEmbeddingFunction(_types.EmbeddingFunction):
         return MagnitudeChromaEmbeddingFunction(None, config.get("batch_size", 32))
 
     def default_space(self) -> str:
-        return "ip"
+        return _STACK.metrics["dot"]
 
     def supported_spaces(self) -> list[str]:
-        return ["ip", "cosine", "l2"]
+        return list(_STACK.metrics.values())
 
 
 def chroma_collection(
@@ -68,10 +69,23 @@ def chroma_collection(
     ``space``: ``ip`` / ``cosine`` / ``l2`` (default: the first of ip, cosine, l2 that keeps it); one that does not
     is refused. ``ef_search`` (HNSW's candidate list) at least the collection size makes the search exhaustive.
     """
-    metric = best_metric(model) if space is None else space
-    canonical = store_metric(model, metric, "Chroma")
+    metric = best_metric(model, prefer=tuple(_STACK.metrics)) if space is None else space
+    canonical = store_metric(model, metric, _STACK.title)
+    hnsw = {"space": _STACK.metrics[canonical], "ef_search": ef_search, "ef_construction": ef_search}
     return client.create_collection(
-        name,
-        embedding_function=MagnitudeChromaEmbeddingFunction(model, batch_size),
-        configuration={"hnsw": {"space": _SPACES[canonical], "ef_search": ef_search, "ef_construction": ef_search}},
+        name, embedding_function=MagnitudeChromaEmbeddingFunction(model, batch_size), configuration={"hnsw": hnsw}
     )
+
+
+def index_and_search(model: Any, queries: list[str], documents: list[str], k: int, metric: str | None) -> list:
+    """The agreement check's path (:func:`st_magnitude.serving.agreement.stack_ranking`): an ephemeral client, a
+    :func:`chroma_collection`, ``add`` the documents, ``query`` with the texts."""
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+    col = chroma_collection(client, f"c{uuid.uuid4().hex[:12]}", model, metric)
+    col.add(ids=[str(i) for i in range(len(documents))], documents=documents)
+    res = col.query(query_texts=queries, n_results=k)
+    client.delete_collection(col.name)
+    return [[int(i) for i in row] for row in res["ids"]]

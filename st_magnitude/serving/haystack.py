@@ -12,13 +12,16 @@ from dataclasses import replace
 from typing import Any
 
 from st_magnitude.serving._encode import encode_documents, encode_queries
+from st_magnitude.serving._stacks import STACK_REGISTRY
 from st_magnitude.serving.metric import best_metric, import_stack, store_metric
 
-_hs = import_stack("haystack", "haystack-ai")
+_STACK = STACK_REGISTRY["haystack"]
+_hs = import_stack("haystack", _STACK.package)
 
 __all__ = ["MagnitudeHaystackDocumentEmbedder", "MagnitudeHaystackTextEmbedder", "haystack_document_store"]
 
-_NAMES = {"dot": "dot_product", "cosine": "cosine"}
+#: InMemoryDocumentStore's similarity functions, by stack-neutral metric
+_NAMES = _STACK.metrics
 
 
 @_hs.component
@@ -51,9 +54,26 @@ class MagnitudeHaystackDocumentEmbedder:
 def haystack_document_store(model: Any, similarity: str | None = None) -> Any:
     """An ``InMemoryDocumentStore`` scoring with ``similarity`` (``dot_product`` / ``cosine``; default: the first of
     dot, cosine that keeps the model's ranking); a similarity that does not is refused."""
-    metric = best_metric(model, prefer=("dot", "cosine")) if similarity is None else similarity
+    metric = best_metric(model, prefer=tuple(_NAMES)) if similarity is None else similarity
     canonical = store_metric(model, metric, "Haystack InMemoryDocumentStore")
     if canonical not in _NAMES:
         raise ValueError(f"InMemoryDocumentStore scores with {sorted(_NAMES.values())}, not {metric!r}")
-    in_memory = import_stack("haystack.document_stores.in_memory", "haystack-ai")
+    in_memory = import_stack("haystack.document_stores.in_memory", _STACK.package)
     return in_memory.InMemoryDocumentStore(embedding_similarity_function=_NAMES[canonical])
+
+
+def index_and_search(model: Any, queries: list[str], documents: list[str], k: int, metric: str | None) -> list:
+    """The agreement check's path (:func:`st_magnitude.serving.agreement.stack_ranking`): the document embedder into
+    a :func:`haystack_document_store`, an ``InMemoryEmbeddingRetriever`` fed by the text embedder."""
+    from haystack.components.retrievers.in_memory import InMemoryEmbeddingRetriever
+
+    store = haystack_document_store(model, metric)
+    docs = [_hs.Document(id=str(i), content=t) for i, t in enumerate(documents)]
+    store.write_documents(MagnitudeHaystackDocumentEmbedder(model).run(docs)["documents"])
+    retriever = InMemoryEmbeddingRetriever(store, top_k=k)
+    embedder = MagnitudeHaystackTextEmbedder(model)
+    out = []
+    for q in queries:
+        found = retriever.run(query_embedding=embedder.run(q)["embedding"])["documents"]
+        out.append([int(d.id) for d in found])
+    return out

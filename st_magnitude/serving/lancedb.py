@@ -20,14 +20,17 @@ model that does not rank as trained under ``l2`` (it is exact for one that does:
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 from st_magnitude.model.stores import preserved_metrics
 from st_magnitude.serving._encode import encode_documents, encode_queries
+from st_magnitude.serving._stacks import STACK_REGISTRY
 from st_magnitude.serving.metric import best_metric, import_stack, store_metric
 
-_emb = import_stack("lancedb.embeddings", "lancedb")
-_pydantic = import_stack("pydantic", "lancedb")
+_STACK = STACK_REGISTRY["lancedb"]
+_emb = import_stack("lancedb.embeddings", _STACK.package)
+_pydantic = import_stack("pydantic", _STACK.package)
 
 __all__ = ["LanceDBRefusal", "MagnitudeLanceEmbeddings", "lancedb_embedding_function", "lancedb_search"]
 
@@ -172,8 +175,27 @@ def lancedb_search(table: Any, query: str, model: Any, k: int = 10, distance: st
     The query is encoded by the table's ``st-magnitude`` function (``encode_query``; ``model``'s when the table has
     none), and the vector is passed to ``table.search`` with the distance set.
     """
-    metric = best_metric(model) if distance is None else distance
-    canonical = store_metric(model, metric, "LanceDB")
+    metric = best_metric(model, prefer=tuple(_STACK.metrics)) if distance is None else distance
+    canonical = store_metric(model, metric, _STACK.title)
     column, func = _table_function(table)
     vector = func.query_vector(query) if func is not None else encode_queries(model, [query])[0]
-    return table.search(vector, vector_column_name=column).distance_type(canonical).limit(k)
+    return table.search(vector, vector_column_name=column).distance_type(_STACK.metrics[canonical]).limit(k)
+
+
+def index_and_search(model: Any, queries: list[str], documents: list[str], k: int, metric: str | None) -> list:
+    """The agreement check's path (:func:`st_magnitude.serving.agreement.stack_ranking`): a table in a temporary
+    folder whose vector column the ``st-magnitude`` function computes, searched with :func:`lancedb_search`."""
+    import lancedb
+    from lancedb.pydantic import LanceModel, Vector
+
+    func = lancedb_embedding_function(model)
+
+    class Doc(LanceModel):
+        id: str
+        text: str = func.SourceField()
+        vector: Vector(func.ndims()) = func.VectorField()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        table = lancedb.connect(tmp).create_table("docs", schema=Doc)
+        table.add([{"id": str(i), "text": t} for i, t in enumerate(documents)])
+        return [[int(r["id"]) for r in lancedb_search(table, q, model, k, metric).to_list()] for q in queries]

@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from st_magnitude.serving._encode import encode_documents, encode_queries
+from st_magnitude.serving._stacks import STACK_REGISTRY
 from st_magnitude.serving.metric import import_stack, store_metric
 
-_core = import_stack("langchain_core.embeddings", "langchain-core")
+_STACK = STACK_REGISTRY["langchain"]
+_core = import_stack("langchain_core.embeddings", _STACK.package)
 
 __all__ = ["MagnitudeLangChainEmbeddings", "langchain_vector_store"]
 
@@ -36,5 +38,15 @@ def langchain_vector_store(model: Any, batch_size: int = 32) -> Any:
     """A ``langchain_core`` ``InMemoryVectorStore`` over the model (cosine: refused unless the model ranks as
     trained under cosine, i.e. dnorm / cosine, or exported with ``--store cosine``)."""
     store_metric(model, "cosine", "LangChain InMemoryVectorStore (cosine only)")
-    vectorstores = import_stack("langchain_core.vectorstores", "langchain-core")
+    vectorstores = import_stack("langchain_core.vectorstores", _STACK.package)
     return vectorstores.InMemoryVectorStore(embedding=MagnitudeLangChainEmbeddings(model, batch_size))
+
+
+def index_and_search(model: Any, queries: list[str], documents: list[str], k: int, metric: str | None) -> list:
+    """The agreement check's path (:func:`st_magnitude.serving.agreement.stack_ranking`): ``add_texts`` into a
+    :func:`langchain_vector_store`, then ``similarity_search``."""
+    if metric not in (None, "cosine"):
+        raise ValueError("LangChain's InMemoryVectorStore scores with cosine only")
+    store = langchain_vector_store(model)
+    store.add_texts(documents, ids=[str(i) for i in range(len(documents))])
+    return [[int(doc.id) for doc in store.similarity_search(q, k=k)] for q in queries]

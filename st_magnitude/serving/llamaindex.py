@@ -15,9 +15,11 @@ from typing import Any
 
 from st_magnitude.model.stores import preserved_metrics
 from st_magnitude.serving._encode import encode_documents, encode_queries
+from st_magnitude.serving._stacks import STACK_REGISTRY
 from st_magnitude.serving.metric import StoreMetricWarning, import_stack, store_metric
 
-_base = import_stack("llama_index.core.embeddings", "llama-index-core")
+_STACK = STACK_REGISTRY["llamaindex"]
+_base = import_stack("llama_index.core.embeddings", _STACK.package)
 
 __all__ = ["MagnitudeLlamaIndexEmbedding"]
 
@@ -66,3 +68,17 @@ class MagnitudeLlamaIndexEmbedding(_base.BaseEmbedding):
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return encode_documents(self._model, texts, self.embed_batch_size).tolist()
+
+
+def index_and_search(model: Any, queries: list[str], documents: list[str], k: int, metric: str | None) -> list:
+    """The agreement check's path (:func:`st_magnitude.serving.agreement.stack_ranking`): a ``VectorStoreIndex`` on
+    the default ``SimpleVectorStore`` with this embedding, and its retriever."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.schema import TextNode
+
+    if metric not in (None, "cosine"):
+        raise ValueError("LlamaIndex's default SimpleVectorStore scores with cosine only")
+    emb = MagnitudeLlamaIndexEmbedding(model)
+    nodes = [TextNode(text=t, id_=str(i)) for i, t in enumerate(documents)]
+    retriever = VectorStoreIndex(nodes, embed_model=emb).as_retriever(similarity_top_k=k)
+    return [[int(n.node.node_id) for n in retriever.retrieve(q)] for q in queries]

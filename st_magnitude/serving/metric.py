@@ -2,8 +2,9 @@
 
 The top-k of the power-norm family depends only on the document transform (docs/deployment.md): a store metric
 keeps the trained ranking when it is one of :func:`st_magnitude.model.stores.preserved_metrics`. Stacks spell the
-metrics differently (``ip``, ``dot_product``, ``DOT``, ``euclidean``, ...); :func:`store_metric` maps a stack's
-spelling to ``dot`` / ``cosine`` / ``l2`` and refuses one that would rank differently from the trained similarity.
+metrics differently (``ip``, ``dot_product``, ``DOT``, ``euclidean``, ...: :data:`METRIC_ALIASES`, gathered from the
+stack registry :mod:`st_magnitude.serving._stacks`); :func:`store_metric` maps a stack's spelling to ``dot`` /
+``cosine`` / ``l2`` and refuses one that would rank differently from the trained similarity.
 """
 
 from __future__ import annotations
@@ -13,22 +14,9 @@ from typing import Any
 
 from st_magnitude._warnings import StoreMetricWarning
 from st_magnitude.model.stores import STORES, preserved_metrics
+from st_magnitude.serving._stacks import METRIC_ALIASES
 
 __all__ = ["METRIC_ALIASES", "StoreMetricWarning", "best_metric", "import_stack", "store_metric"]
-
-#: stack spellings of the three store metrics
-METRIC_ALIASES = {
-    "dot": "dot",
-    "ip": "dot",
-    "inner_product": "dot",
-    "dot_product": "dot",
-    "dotproduct": "dot",
-    "cosine": "cosine",
-    "cos": "cosine",
-    "l2": "l2",
-    "euclidean": "l2",
-    "euclid": "l2",
-}
 
 
 def import_stack(module: str, stack: str) -> Any:

@@ -14,34 +14,24 @@ from conftest import build_tiny_st
 from helpers.deploy_kit import TOY_DOCS, TOY_QUERIES
 
 from st_magnitude import apply_similarity, convert_for_store
-from st_magnitude.serving.agreement import STACKS, reference_ranking, stack_ranking, top_k_agreement
+from st_magnitude.serving._stacks import STACK_NAMES, stack_spec
+from st_magnitude.serving.agreement import reference_ranking, stack_ranking, top_k_agreement
 from st_magnitude.serving.metric import best_metric, store_metric
 
 pytestmark = pytest.mark.filterwarnings("ignore::st_magnitude.MagnitudeCollapseWarning")
 
-PACKAGES = {
-    "langchain": ("langchain_core", "langchain-core"),
-    "llamaindex": ("llama_index.core", "llama-index-core"),
-    "haystack": ("haystack", "haystack-ai"),
-    "chroma": ("chromadb", "chromadb"),
-    "lancedb": ("lancedb", "lancedb"),
-    "qdrant": ("qdrant_client", "qdrant-client"),
-}
-#: the metrics each stack is checked with: its only one, or its ranking-preserving default and the others
-METRICS = {
-    "langchain": ["cosine"],
-    "llamaindex": ["cosine"],
-    "haystack": [None, "cosine"],
-    "chroma": [None, "cosine", "l2"],
-    "lancedb": [None, "cosine", "l2"],
-    "qdrant": [None, "cosine", "l2"],
-}
+
+def metrics_checked(stack: str) -> list[str | None]:
+    """The metrics a stack is checked with: its ranking-preserving default (``None``) where it has dot, then every
+    other metric it offers (its only one, for a store fixed to cosine)."""
+    metrics = stack_spec(stack).metrics
+    return [None] * ("dot" in metrics) + [m for m in metrics if m != "dot"]
 
 
 def need(stack: str) -> None:
-    module, dist = PACKAGES[stack]
-    if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
-        pytest.skip(f"{dist} is not installed (pip install 'st-magnitude[deploy]')")
+    spec = stack_spec(stack)
+    if importlib.util.find_spec(spec.imports.split(".")[0]) is None or importlib.util.find_spec(spec.imports) is None:
+        pytest.skip(f"{spec.package} is not installed (pip install 'st-magnitude[deploy]')")
 
 
 @pytest.fixture(scope="module")
@@ -55,24 +45,35 @@ def models(tiny_bert_dir):
     return out
 
 
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("stack", STACK_NAMES)
 @pytest.mark.parametrize("variant", ["qnorm", "dnorm", "learnable"])
 def test_stack_returns_the_exact_top10(models, stack, variant):
     need(stack)
     trained, export, ref = models[variant]
-    for metric in METRICS[stack]:
+    for metric in metrics_checked(stack):
         model = trained if metric in (None, "dot") else export
         got = stack_ranking(stack, model, TOY_QUERIES, TOY_DOCS, 10, metric)
         assert got == ref, f"{stack} {metric}: agreement {top_k_agreement(ref, got)}"
 
 
-@pytest.mark.parametrize("stack", ["langchain", "llamaindex", "haystack", "chroma", "lancedb", "qdrant"])
+@pytest.mark.parametrize("stack", STACK_NAMES)
 def test_a_metric_that_loses_the_ranking_is_refused(models, stack):
     need(stack)
     trained = models["qnorm"][0]
-    metric = "cosine"
-    with pytest.raises(ValueError, match="--store cosine"):
+    metric = next(m for m in stack_spec(stack).metrics if m != "dot")
+    with pytest.raises(ValueError, match=f"--store {metric}"):
         stack_ranking(stack, trained, TOY_QUERIES[:1], TOY_DOCS[:5], 3, metric)
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_the_stack_own_metric_names_are_understood(models, stack):
+    """Each stack's spelling of a metric (``ip``, ``dot_product``, ``EUCLID``, ...) means that metric to the check."""
+    dnorm, qnorm = models["dnorm"][0], models["qnorm"][0]
+    for metric, own in stack_spec(stack).metrics.items():
+        assert store_metric(dnorm, own) == metric and store_metric(dnorm, own.upper()) == metric
+        if metric != "dot":
+            with pytest.raises(ValueError, match=f"--store {metric}"):
+                store_metric(qnorm, own, stack)
 
 
 def test_metric_choice(models):

@@ -13,6 +13,7 @@ from conftest import REPO_ROOT, build_tiny_st
 from helpers.deploy_kit import TOY_DOCS
 
 from st_magnitude.cli import main
+from st_magnitude.serving._stacks import STACK_REGISTRY
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::st_magnitude.MagnitudeCollapseWarning"),
@@ -23,7 +24,7 @@ pytestmark = [
 DOC = REPO_ROOT / "docs" / "deployment.md"
 BLOCK = re.compile(r"^```(python|bash)\n(.*?)^```", re.S | re.M)
 #: the stacks the snippets import; a snippet whose stack is missing is skipped (named at the end)
-STACK_MODULES = ("langchain_core", "llama_index", "haystack", "chromadb", "lancedb", "qdrant_client", "onnxruntime")
+STACK_MODULES = (*(spec.imports.split(".")[0] for spec in STACK_REGISTRY.values()), "onnxruntime")
 
 
 def blocks() -> list[tuple[str, str]]:
@@ -33,6 +34,24 @@ def blocks() -> list[tuple[str, str]]:
 def test_the_page_has_runnable_blocks():
     kinds = [k for k, _ in blocks()]
     assert kinds.count("bash") >= 2 and kinds.count("python") >= 8
+
+
+def section(title: str) -> str:
+    """The text of the ``## title`` section of the page."""
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_every_registered_stack_has_its_row_and_section():
+    """The section "The stacks" has one table row per registered stack (``| Title (`package`) |``) and one
+    ``### Title`` section, in registry order, and none for a stack without an adapter."""
+    stacks = section("The stacks")
+    rows = re.findall(r"^\| (\w+) \(`([\w.-]+)`\) \|", stacks, re.M)
+    assert rows == [(spec.title, spec.package) for spec in STACK_REGISTRY.values()]
+    headings = re.findall(r"^### (.+)$", stacks, re.M)
+    assert [spec.title for spec in STACK_REGISTRY.values()] == headings
 
 
 @pytest.mark.slow  # imports every stack and converts six models: ~30 s alone, minutes on a loaded machine
