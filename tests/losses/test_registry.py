@@ -68,12 +68,12 @@ def test_every_cached_twin_takes_its_plain_arguments(spec):
 def test_compare_reads_the_registry():
     from st_magnitude.lab.compare.config import LOSSES, CompareConfig
 
-    assert LOSSES == compare_loss_names() == ("infonce", "mw", "l2dir")
+    assert LOSSES == compare_loss_names() and {"infonce", "mw", "l2dir"} <= set(LOSSES)
     fingerprint = CompareConfig().fingerprint()
     for field in compare_config_fields():
         assert field in fingerprint and hasattr(CompareConfig, field)
     assert {"scale", "mw_temperature"} <= set(fingerprint)
-    with pytest.raises(ValueError, match="valid losses: infonce, mw, l2dir"):
+    with pytest.raises(ValueError, match=f"valid losses: {', '.join(LOSSES)}"):
         compare_spec("hinge")
 
 
