@@ -15,8 +15,11 @@ scale): both lie in the same range. The defaults (InfoNCE 20, MW τ 0.01, L2Dir 
 A small positive constant that is no scale (Revela's ``eps``) is checked by :func:`positive_float32`: a float32
 normal number (``1e-300`` would be ``0`` in float32).
 
-The string ``"learnable"`` is passed through untouched: a loss that accepts a learnable temperature handles it
-itself (:class:`~st_magnitude.losses._temperature.LearnableScale`, clamped to ``1 ≤ scale ≤ 100``).
+:func:`positive_finite` is the one scale / temperature check of the package: every loss calls it (directly, or
+through :func:`~st_magnitude.losses._temperature.parse_scale` / ``parse_temperature``). The string ``"learnable"``
+is passed through untouched unless ``learnable=False``: a loss that accepts a learnable temperature handles it
+itself (:class:`~st_magnitude.losses._temperature.LearnableScale`, clamped to ``1 ≤ scale ≤ 100``); one that does
+not refuses it.
 """
 
 from __future__ import annotations
@@ -56,16 +59,19 @@ def _refuse(name: str, value: object, meaning: str, allowed: str) -> ValueError:
     return ValueError(f"{name}{what} must be a finite number in {allowed}, got {shown}")
 
 
-def positive_finite(name: str, value: object, meaning: str = "") -> object:
-    """``value`` as a float when it is a number in :data:`SAFE_RANGE` (``"learnable"`` is returned as it is);
-    otherwise a ``ValueError`` naming ``name``, the allowed range and what the value means (``meaning``, e.g.
-    ``"1/temperature"``).
+def positive_finite(name: str, value: object, meaning: str = "", *, learnable: bool = True) -> object:
+    """The one scale / temperature check of the losses: ``value`` as a float when it is a number in
+    :data:`SAFE_RANGE`; ``"learnable"`` is returned as it is when ``learnable`` (the loss then learns the value, see
+    :mod:`~st_magnitude.losses._temperature`). Anything else raises a ``ValueError`` naming ``name``, the allowed range
+    and what the value means (``meaning``, e.g. ``"1/temperature"``), and ``"learnable"`` when it is allowed.
     """
-    if value == LEARNABLE and isinstance(value, str):
+    if learnable and value == LEARNABLE and isinstance(value, str):
         return value
     lo, hi = SAFE_RANGE
     number = _as_float(value)
     if number is None or not lo <= number <= hi:
+        if learnable:
+            meaning = f"{meaning}; or {LEARNABLE!r}" if meaning else f"or {LEARNABLE!r}"
         raise _refuse(name, value, meaning, f"{lo:g} ≤ {name} ≤ {hi:g}")
     return number
 

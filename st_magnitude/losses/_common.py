@@ -153,32 +153,62 @@ def similarity_config(sim_name: str, scoring: Similarity, carried: Similarity | 
 
 
 class FamilyLoss(nn.Module):
-    """Base of the losses scored with a member of the similarity family (InfoNCE, MW).
+    """The one base of the magnitude-family losses (PartialNormInfoNCE, MW, InfoTN, L2Dir): their contract.
 
-    Holds the shared set-up (model, similarity resolution, gathering, duplicate check) and the forward pass. A
-    subclass computes its loss over a row range of a :class:`GatheredBatch` (:meth:`rows_loss`), which lets the
-    cached twin (:class:`CachedLoss`) run the same code chunk by chunk on the cached embeddings.
+    - ``__init__``: the model and ``gather_across_devices``; a loss scored with a member of the similarity family
+      (``resolves_similarity``, the default) also resolves ``similarity`` (:func:`resolve_similarity`: the scoring
+      similarity, the one a converted model carries, the name for the config).
+    - :meth:`forward` = :meth:`check_features` → :meth:`embed` → average loss-held gradients over processes →
+      :meth:`compute_loss_from_embeddings` with what :meth:`embed` returned. A loss changes one step only (the
+      NAP-tapped losses embed through :class:`~st_magnitude.modules.nap_head.NAPInputTap`).
+    - :meth:`prepare_batch` / :meth:`rows_loss` / :meth:`finish_batch`: the loss over a row range of a
+      :class:`GatheredBatch`, which lets the cached twin (:class:`CachedLoss`) run the same code chunk by chunk on
+      the cached embeddings.
+    - ``get_config_dict()`` and ``citation``: the subclass's own.
+
+    Its cached twin is a :class:`CachedLoss` in the same module, built from the same arguments plus
+    ``mini_batch_size``, ``mini_batch_num_tokens`` and ``show_progress_bar``.
     """
 
-    def __init__(self, model: nn.Module, similarity: str | Similarity | None, gather_across_devices: bool) -> None:
+    #: scored with a member of the similarity family (``similarity=`` argument, converted models detected); the
+    #: NAP-tapped losses score with the similarities their paper fixes (cosine, sim_TN) and set it False
+    resolves_similarity: bool = True
+
+    def __init__(
+        self, model: nn.Module, similarity: str | Similarity | None = None, gather_across_devices: bool = False
+    ) -> None:
         super().__init__()
         self.model = model
         self.gather_across_devices = bool(gather_across_devices)
-        self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
-            model, similarity, type(self).__name__
-        )
+        if self.resolves_similarity:
+            self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(
+                model, similarity, type(self).__name__
+            )
+        else:
+            self.carried = None
         self._duplicates = DuplicateCheck()
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        features = list(sentence_features)
-        check_columns([feature_rows(f) for f in features], type(self).__name__)
-        if self.carried is not None:
-            features = set_roles(features)
-        embeddings = embed_columns(self.model, features)
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Any:
+        features = self.check_features(sentence_features)
+        inputs = self.embed(features)
         sync_loss_held_gradients(self)
-        return self.compute_loss_from_embeddings(embeddings, labels)
+        return self.compute_loss_from_embeddings(**inputs, labels=labels)
 
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
+    def check_features(
+        self, sentence_features: Iterable[dict[str, Any]], loss_name: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The input columns as a list, checked (same row counts, not empty), with query/document roles on a
+        converted model. The cached twin calls it too, before it embeds, under its own name (``loss_name``)."""
+        features = list(sentence_features)
+        check_columns([feature_rows(f) for f in features], loss_name or type(self).__name__)
+        return set_roles(features) if self.carried is not None else features
+
+    def embed(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        """The keyword arguments of :meth:`compute_loss_from_embeddings` (besides ``labels``) for checked columns:
+        by default the model's per-column embeddings."""
+        return {"embeddings": embed_columns(self.model, features)}
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Any:
         """The loss from the per-column embeddings ``[anchor, positive, negative_1, ...]`` (each ``[B, n]``).
 
         Loss-held parameters (γ̂) get their gradient averaged over processes by :meth:`forward`, or by the wrapper
@@ -261,10 +291,7 @@ class CachedLoss(CachedLossMixin, nn.Module):
             super().__setattr__(name, value)
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        features = list(sentence_features)
-        check_columns([feature_rows(f) for f in features], type(self).__name__)
-        if getattr(self.loss, "carried", None) is not None:
-            features = set_roles(features)  # before the mixin embeds: _create_minibatch keeps "task"
+        features = self.loss.check_features(sentence_features, type(self).__name__)  # roles before the mixin embeds
         sync_loss_held_gradients(self)
         return forward_cached_scaled(self, features, labels)
 

@@ -97,19 +97,13 @@ class LearnableScale(nn.Module):
         )
 
 
-def _parse(value: Any, name: str, meaning: str) -> float | str:
-    """``"learnable"``, or the value as a float when it is a number in ``SAFE_RANGE``; one error naming both
-    otherwise."""
-    return positive_finite(name, value, f"{meaning}; or {LEARNABLE!r}")
-
-
 def parse_scale(value: Any, default: float, name: str = "scale") -> float | LearnableScale:
     """A fixed scale (float) or, for ``"learnable"``, a :class:`LearnableScale` starting at ``default``.
 
     Raises:
         ValueError: anything but a number in ``[1e-6, 1e6]`` or ``"learnable"``.
     """
-    parsed = _parse(value, name, "inverse temperature")
+    parsed = positive_finite(name, value, "inverse temperature")
     return LearnableScale(default) if parsed == LEARNABLE else parsed
 
 
@@ -120,7 +114,7 @@ def parse_temperature(value: Any, default: float, name: str = "temperature") -> 
     Raises:
         ValueError: anything but a number in ``[1e-6, 1e6]`` or ``"learnable"``.
     """
-    parsed = _parse(value, name, f"scale = 1/{name}")
+    parsed = positive_finite(name, value, f"scale = 1/{name}")
     return LearnableScale(1.0 / default) if parsed == LEARNABLE else parsed
 
 

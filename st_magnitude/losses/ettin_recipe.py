@@ -51,7 +51,7 @@ class EttinRecipeLoss(MarginContrastiveLoss):
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
                 loss = EttinRecipeLoss(model, temperature=0.02)
         """
-        positive_finite("temperature", temperature, "logits are cosine / temperature")
+        positive_finite("temperature", temperature, "logits are cosine / temperature", learnable=False)
         super().__init__(
             model,
             similarity="cosine",

@@ -1,46 +1,28 @@
-"""InfoNCE and InfoTN (paper 002 eqs. 4–7): the functional losses, InfoTNLoss, and the shared temperature checks."""
+"""InfoNCE and InfoTN (paper 002 eqs. 4–7): the functional losses, and InfoTNLoss with its cached twin."""
 
 from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, feature_rows
+from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives
 from st_magnitude.losses._checks import positive_finite
-from st_magnitude.losses._loss_state import sync_loss_held_gradients
-from st_magnitude.modules.nap_head import NAPHead, NAPInputTap, modality_key
+from st_magnitude.losses._nap_loss import CachedNAPLoss, NAPLoss, default_nap_head, length_stats
+from st_magnitude.modules.nap_head import NAPHead
 from st_magnitude.similarity import get_similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InfoTNCollapseWarning", "InfoTNLoss", "info_nce_loss", "info_tn_loss"]
-
-
-_CITATION = """
-@inproceedings{zong2026l2dir,
-    title = {L2Dir: Integrating L2-Norm and Directional Alignment for Unsupervised Contrastive Representation
-             Learning in Multimodal Retrieval},
-    author = {Zong, Tianyu and Dai, Rui and Yi, Hongzhu and Wang, Yuanxiang and Zhang, Zhenghao and Guan, Zhenyu
-              and Yang, Yujia and Shi, Bingkang and Ding, Yueyang and Chu, Xiangxiang and Liu, Kaikui
-              and Xu, Jungang},
-    booktitle = {Proceedings of the 64th Annual Meeting of the Association for Computational Linguistics (ACL)},
-    year = {2026},
-}
-"""
+__all__ = ["CachedInfoTNLoss", "InfoTNCollapseWarning", "InfoTNLoss", "info_nce_loss", "info_tn_loss"]
 
 
 class InfoTNCollapseWarning(UserWarning):
     """InfoTN without a directional InfoNCE term collapses (paper 002 Table 2: Recall@1 3.3 vs 63.7)."""
-
-
-def _check_temperature(name: str, value: float) -> float:
-    return positive_finite(name, value, f"scale = 1/{name}")
 
 
 def _in_batch_labels(n_anchors: int, n_candidates: int, device: torch.device, labels: Tensor | None) -> Tensor:
@@ -70,75 +52,7 @@ def info_tn_loss(
     return F.cross_entropy(logits, _in_batch_labels(len(anchors), len(candidates), logits.device, labels))
 
 
-def _length_stats(anchor: Tensor, positive: Tensor) -> dict[str, float]:
-    """Positive-pair length ratio ‖a‖/‖p‖ (the quantity the paper tracks in §5.1 / Fig. 5)."""
-    with torch.no_grad():
-        a = torch.linalg.vector_norm(anchor.float(), dim=-1)
-        p = torch.linalg.vector_norm(positive.float(), dim=-1).clamp_min(1e-12)
-        ratio = a / p
-        return {
-            "length_ratio_mean": float(ratio.mean()),
-            "length_ratio_std": float(ratio.std()) if ratio.numel() > 1 else 0.0,
-            "anchor_norm_mean": float(a.mean()),
-            "positive_norm_mean": float(p.mean()),
-        }
-
-
-class _StatsMixin:
-    """Keeps the latest batch statistics and an average since the last read (logged by
-    :class:`~st_magnitude.callbacks.LossStatsCallback` under ``stats_prefix``)."""
-
-    stats_prefix = "l2dir_"
-
-    def _record_stats(self, stats: dict[str, float]) -> None:
-        self.last_stats = dict(stats)
-        accum = self.__dict__.setdefault("_stats_accum", {})
-        for key, value in stats.items():
-            total, count = accum.get(key, (0.0, 0))
-            accum[key] = (total + value, count + 1)
-        logger.debug("L2Dir batch stats: %s", stats)
-
-    def pop_stats(self) -> dict[str, float]:
-        """Average of the statistics recorded since the last call (and reset)."""
-        accum = self.__dict__.get("_stats_accum", {})
-        out = {key: total / count for key, (total, count) in accum.items() if count}
-        self.__dict__["_stats_accum"] = {}
-        return out
-
-
-def _warn_if_not_cosine_served(model: nn.Module) -> None:
-    from sentence_transformers.base.modules import Normalize
-
-    name = getattr(model, "similarity_fn_name", None)
-    if name not in (None, "cosine") and not any(isinstance(m, Normalize) for m in model.modules()):
-        warnings.warn(
-            f"The model serves similarity {name!r} without a Normalize module, but L2Dir trains a cosine InfoNCE "
-            "and retrieves with cosine (paper 002 §5.4). Set model.similarity_fn_name = 'cosine' (or keep a "
-            "Normalize) so that retrieval uses what was trained.",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _default_head(model: nn.Module, tap: NAPInputTap, hidden_features: int | None = None) -> NAPHead:
-    widths = tap.in_features()
-    out = None
-    if isinstance(widths, dict):
-        out = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else None
-        out = out or model.get_sentence_embedding_dimension()
-    head = NAPHead(widths, out_features=out, hidden_features=hidden_features)
-    device = next((p.device for p in model.parameters()), None)
-    return head.to(device) if device is not None else head
-
-
-def _project(head: NAPHead | None, states: list[Tensor], modalities: list[str] | None) -> list[Tensor]:
-    if head is None:
-        return list(states)
-    modalities = modalities or ["text"] * len(states)
-    return [head.project(x, m) for x, m in zip(states, modalities)]
-
-
-class InfoTNLoss(_StatsMixin, nn.Module):
+class InfoTNLoss(NAPLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -206,13 +120,11 @@ class InfoTNLoss(_StatsMixin, nn.Module):
                     warnings.simplefilter("ignore", InfoTNCollapseWarning)  # an ablation, on purpose
                     loss = InfoTNLoss(model, temperature=0.01)
         """
-        super().__init__()
-        self.model = model
-        self.temperature = _check_temperature("temperature", temperature)
-        self.eps = float(eps)
-        self.tap = NAPInputTap(model, nap_input=nap_input, final_norm=final_norm)
+        temperature = positive_finite("temperature", temperature, "scale = 1/temperature", learnable=False)
+        super().__init__(model, nap_input, final_norm, eps)
+        self.temperature = temperature
         if nap_head is True:
-            nap_head = _default_head(model, self.tap)
+            nap_head = default_nap_head(model, self.tap)
         elif nap_head is False:
             nap_head = None
         if nap_head is not None and not isinstance(nap_head, NAPHead):
@@ -231,14 +143,6 @@ class InfoTNLoss(_StatsMixin, nn.Module):
                 stacklevel=2,
             )
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        sentence_features = [dict(f) for f in sentence_features]  # a BatchEncoding output is no dict for the tap
-        check_columns([feature_rows(f) for f in sentence_features], type(self).__name__)
-        states = [self.tap.embed(f, self.model)[1] for f in sentence_features]
-        modalities = [modality_key(f.get("modality")) for f in sentence_features]
-        sync_loss_held_gradients(self)
-        return self.compute_loss_from_embeddings(states, labels, modalities=modalities)
-
     def compute_loss_from_embeddings(
         self, embeddings: list[Tensor], labels: Tensor | None = None, modalities: list[str] | None = None
     ) -> Tensor:
@@ -247,8 +151,8 @@ class InfoTNLoss(_StatsMixin, nn.Module):
         check_columns([e.size(0) for e in embeddings], name)
         check_finite(list(embeddings), name, "un-normalized states", owner=self)
         check_has_negatives(embeddings[0].size(0), len(embeddings) - 1, name)
-        vectors = _project(self.nap_head, embeddings, modalities)
-        self._record_stats(_length_stats(vectors[0], vectors[1]))
+        vectors = self.project(embeddings, modalities)
+        self._record_stats(length_stats(vectors[0], vectors[1]))
         return info_tn_loss(vectors[0], torch.cat(vectors[1:]), self.temperature, self.eps)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -258,6 +162,88 @@ class InfoTNLoss(_StatsMixin, nn.Module):
             "nap_head": None if self.nap_head is None else self.nap_head.get_config_dict(),
         }
 
-    @property
-    def citation(self) -> str:
-        return _CITATION
+
+class CachedInfoTNLoss(CachedNAPLoss):
+    _delegated_to_wrapped_loss = ("temperature", "eps", "tap", "nap_head", "last_stats", "pop_stats", "stats_prefix")
+
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = 0.01,
+        nap_head: NAPHead | bool | None = None,
+        nap_input: str = "auto",
+        final_norm: str | dict[str, str] | None = None,
+        eps: float = 1e-8,
+        warn_collapse: bool = True,
+        mini_batch_size: int = 32,
+        mini_batch_num_tokens: int | None = None,
+        show_progress_bar: bool = False,
+    ) -> None:
+        """GradCache version of :class:`InfoTNLoss`: large batches in bounded memory, same loss and gradients.
+
+        Each mini-batch is embedded once without gradients and its un-normalized state (``nap_input``) is cached;
+        step (2) computes InfoTN over the whole batch and caches the gradient of every state, step (3)
+        back-propagates it into the backbone. A NAP head's own gradient is computed in step (2) and handed back
+        through the returned loss, so the Trainer's gradient-accumulation divisor and the fp16 loss scale reach it
+        as they reach the backbone. The loss is computed in one piece (``B × B`` logits): ``mini_batch_size`` bounds
+        the backbone's activations only. Like ST's cached losses it wraps an :class:`InfoTNLoss` built from the same
+        arguments (``self.loss``; ``temperature``, ``nap_head``, ... read and assign through to it).
+
+        **Used alone, InfoTN collapses** (paper 002 Table 2), cached or not; see :class:`InfoTNLoss`.
+
+        Args:
+            model, temperature, nap_head, nap_input, final_norm, eps, warn_collapse: as in :class:`InfoTNLoss`.
+            mini_batch_size: inputs embedded per forward pass (memory knob; the result does not depend on it).
+            mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
+            show_progress_bar: show a progress bar over the mini-batches.
+
+        References:
+            - L2Dir (Zong et al., ACL 2026), eq. 7; GradCache: Scaling Deep Contrastive Learning Batch Size under
+              Memory Limited Setup (Gao et al., 2021).
+
+        Requirements:
+            1. (anchor, positive) pairs or (anchor, positive, negative_1, ..., negative_n) tuples.
+            2. Dropout randomness is replayed exactly (ST's ``RandContext``).
+
+        Inputs:
+            +-------------------------------------------------+--------+
+            | Inputs                                          | Labels |
+            +=================================================+========+
+            | (anchor, positive) pairs                        | none   |
+            +-------------------------------------------------+--------+
+            | (anchor, positive, negative_1, ..., negative_n) | none   |
+            +-------------------------------------------------+--------+
+
+        Recommendations:
+            - Do not train with this loss alone; use :class:`~st_magnitude.losses.CachedL2DirLoss`.
+
+        Relations:
+            - Equal loss and gradients to :class:`InfoTNLoss` (up to float rounding).
+
+        Example:
+            ::
+
+                import warnings
+                from sentence_transformers import SentenceTransformer
+                from st_magnitude.losses import CachedInfoTNLoss
+                from st_magnitude.losses.info_tn import InfoTNCollapseWarning
+
+                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", InfoTNCollapseWarning)  # an ablation, on purpose
+                    loss = CachedInfoTNLoss(model, temperature=0.01, mini_batch_size=16)
+        """
+        super().__init__(
+            InfoTNLoss(
+                model,
+                temperature=temperature,
+                nap_head=nap_head,
+                nap_input=nap_input,
+                final_norm=final_norm,
+                eps=eps,
+                warn_collapse=warn_collapse,
+            ),
+            mini_batch_size,
+            mini_batch_num_tokens,
+            show_progress_bar,
+        )

@@ -18,15 +18,16 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+from sentence_transformers.base.modules import Normalize
 from torch import Tensor, nn
 
-from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, feature_rows, gather_columns
-from st_magnitude.losses._loss_state import sync_loss_held_gradients
+from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, gather_columns
+from st_magnitude.losses._checks import positive_finite
+from st_magnitude.losses._nap_loss import CachedNAPLoss, NAPLoss, default_nap_head, length_stats
 from st_magnitude.losses._temperature import (
     LearnableScale,
     parse_temperature,
@@ -34,24 +35,13 @@ from st_magnitude.losses._temperature import (
     temperature_config,
     temperature_tensor,
 )
-from st_magnitude.losses.info_tn import (
-    _CITATION,
-    InfoTNCollapseWarning,
-    _check_temperature,
-    _default_head,
-    _length_stats,
-    _project,
-    _StatsMixin,
-    _warn_if_not_cosine_served,
-    info_nce_loss,
-    info_tn_loss,
-)
-from st_magnitude.modules.nap_head import NAP_INPUTS, NAPHead, NAPInputTap, modality_key
+from st_magnitude.losses.info_tn import InfoTNCollapseWarning, info_nce_loss, info_tn_loss
+from st_magnitude.modules.nap_head import NAP_INPUTS, NAPHead
 from st_magnitude.similarity import get_similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PAPER_TEMPERATURES", "L2DirLoss", "load_nap_head", "save_nap_head"]
+__all__ = ["PAPER_TEMPERATURES", "CachedL2DirLoss", "L2DirLoss", "load_nap_head", "save_nap_head"]
 
 
 #: The paper's two temperature settings (App. C). They are swapped between the frameworks.
@@ -61,7 +51,21 @@ PAPER_TEMPERATURES: dict[str, dict[str, float]] = {
 }
 
 
-class L2DirLoss(_StatsMixin, nn.Module):
+def _warn_if_not_cosine_served(model: nn.Module) -> None:
+    name = getattr(model, "similarity_fn_name", None)
+    if name not in (None, "cosine") and not any(isinstance(m, Normalize) for m in model.modules()):
+        warnings.warn(
+            f"The model serves similarity {name!r} without a Normalize module, but L2Dir trains a cosine InfoNCE "
+            "and retrieves with cosine (paper 002 §5.4). Set model.similarity_fn_name = 'cosine' (or keep a "
+            "Normalize) so that retrieval uses what was trained.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+class L2DirLoss(NAPLoss):
+    uses_embedding = True
+
     def __init__(
         self,
         model: nn.Module,
@@ -162,20 +166,18 @@ class L2DirLoss(_StatsMixin, nn.Module):
                 )
                 trainer.train()
         """
-        super().__init__()
         if not (isinstance(lambda_, (int, float)) and 0.0 <= float(lambda_) <= 1.0):
             raise ValueError(f"lambda_ must lie in [0, 1] (the InfoNCE weight; paper: 0.5), got {lambda_!r}")
         if nap_input not in NAP_INPUTS:
             raise ValueError(f"nap_input must be one of {list(NAP_INPUTS)}, got {nap_input!r}")
-        self.model = model
+        temperature = parse_temperature(temperature, default=0.02)
+        tn_temperature = positive_finite("tn_temperature", tn_temperature, "scale = 1/tn_temperature", learnable=False)
+        super().__init__(model, nap_input, final_norm, eps, gather_across_devices)
         self.lambda_ = float(lambda_)
-        self.temperature: float | LearnableScale = parse_temperature(temperature, default=0.02)
-        self.tn_temperature = _check_temperature("tn_temperature", tn_temperature)
-        self.eps = float(eps)
-        self.gather_across_devices = bool(gather_across_devices)
-        self.tap = NAPInputTap(model, nap_input=nap_input, final_norm=final_norm)
+        self.temperature: float | LearnableScale = temperature
+        self.tn_temperature = tn_temperature
         if nap_head is None:
-            nap_head = _default_head(model, self.tap, nap_hidden_features)
+            nap_head = default_nap_head(model, self.tap, nap_hidden_features)
         elif nap_hidden_features is not None:
             raise ValueError("nap_hidden_features only shapes the default head; do not pass it with nap_head")
         if not isinstance(nap_head, NAPHead):
@@ -192,31 +194,19 @@ class L2DirLoss(_StatsMixin, nn.Module):
             )
         _warn_if_not_cosine_served(model)
 
-    # --- forward ------------------------------------------------------------------------------------------
-    def forward(
-        self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None
-    ) -> dict[str, Tensor]:
-        sentence_features = [dict(f) for f in sentence_features]  # a BatchEncoding output is no dict for the tap
-        self._check_columns(sentence_features)
-        embeddings, states = [], []
-        for features in sentence_features:
-            emb, state = self.tap.embed(features, self.model)
-            embeddings.append(emb)
-            states.append(state)
-        modalities = [modality_key(f.get("modality")) for f in sentence_features]
-        sync_loss_held_gradients(self)
-        return self.compute_loss_from_embeddings(embeddings, states, labels, modalities=modalities)
-
-    def _check_columns(self, sentence_features: list) -> None:
-        check_columns([feature_rows(f) for f in sentence_features], type(self).__name__)
+    # --- forward: FamilyLoss.forward with NAPLoss.embed ------------------------------------------------------
+    def check_features(self, sentence_features, loss_name: str | None = None) -> list[dict[str, Any]]:
+        """Also say once, when training, that nothing saves the NAP head unless ``LossStateCallback`` is added."""
+        features = super().check_features(sentence_features, loss_name)
         if self.training and torch.is_grad_enabled() and not self.callback_attached and not self._warned_no_callback:
             logger.warning(
                 "%s is training a NAP head that sentence-transformers does not save: add "
                 "callbacks=[LossStateCallback(loss)] (st_magnitude.callbacks) to the trainer so the head is "
                 "saved with checkpoints and restored on resume.",
-                type(self).__name__,
+                loss_name or type(self).__name__,
             )
             self._warned_no_callback = True
+        return features
 
     def compute_loss_from_embeddings(
         self,
@@ -237,7 +227,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
         check_columns([x.size(0) for x in nap_inputs], name)
         check_finite(list(embeddings), name, owner=self)
         check_finite(list(nap_inputs), name, "NAP inputs (un-normalized states)", owner=self)
-        po = _project(self.nap_head, nap_inputs, modalities)
+        po = self.project(nap_inputs, modalities)
         n_docs = len(embeddings) - 1
         gathered, offset, _ = gather_columns([*embeddings[1:], *po[1:]], self.gather_across_devices, name)
         docs, po_docs = gathered[:n_docs], gathered[n_docs:]
@@ -245,7 +235,7 @@ class L2DirLoss(_StatsMixin, nn.Module):
         rows = torch.arange(offset, offset + embeddings[0].size(0), device=embeddings[0].device)
         nce = info_nce_loss(embeddings[0], torch.cat(docs), temperature_tensor(self.temperature), labels=rows)
         tn = info_tn_loss(po[0], torch.cat(po_docs), self.tn_temperature, self.eps, labels=rows)
-        stats = _length_stats(po[0], po[1])
+        stats = length_stats(po[0], po[1])
         with torch.no_grad():
             stats["positive_sim_tn"] = float(get_similarity("tn", eps=self.eps).pairwise(po[0], po[1]).mean())
             stats["infonce_raw"] = float(nce)
@@ -270,9 +260,113 @@ class L2DirLoss(_StatsMixin, nn.Module):
         """1/τ, the InfoNCE scale in sentence-transformers terms."""
         return scale_value(self.temperature) if isinstance(self.temperature, LearnableScale) else 1 / self.temperature
 
-    @property
-    def citation(self) -> str:
-        return _CITATION
+
+class CachedL2DirLoss(CachedNAPLoss):
+    _delegated_to_wrapped_loss = (
+        "lambda_",
+        "temperature",
+        "tn_temperature",
+        "eps",
+        "gather_across_devices",
+        "tap",
+        "nap_head",
+        "callback_attached",
+        "scale",
+        "last_stats",
+        "pop_stats",
+        "stats_prefix",
+    )
+
+    def __init__(
+        self,
+        model: nn.Module,
+        lambda_: float = 0.5,
+        temperature: float | str = 0.02,
+        tn_temperature: float = 0.01,
+        nap_head: NAPHead | None = None,
+        nap_input: str = "auto",
+        final_norm: str | dict[str, str] | None = None,
+        nap_hidden_features: int | None = None,
+        eps: float = 1e-8,
+        mini_batch_size: int = 32,
+        mini_batch_num_tokens: int | None = None,
+        gather_across_devices: bool = False,
+        show_progress_bar: bool = False,
+    ) -> None:
+        """GradCache version of :class:`L2DirLoss`: large batches in bounded memory, same loss and gradients.
+
+        Each mini-batch is embedded once without gradients; the cached quantity per input is the concatenation
+        ``[embedding, NAP input]``, so step (2) computes eq. 8 over the whole batch and caches the gradient of
+        *both* the normalized embedding (InfoNCE) and the NAP input (InfoTN), and step (3) back-propagates both
+        into the backbone. (The authors' release builds the NAP-side surrogate but never back-propagates it;
+        here the two parts provably match :class:`L2DirLoss` — see the gradient-equality test.)
+        The NAP head's own gradient is computed in step (2) and handed back through the returned loss, so the
+        Trainer's gradient-accumulation divisor and the fp16 loss scale reach it exactly as they reach the backbone.
+        The loss over the batch is computed in one piece (``B × B`` logits), so ``mini_batch_size`` bounds the
+        backbone's activations only. Like ST's cached losses it wraps an :class:`L2DirLoss` built from the same
+        arguments (``self.loss``; ``lambda_``, ``nap_head``, ... read and assign through to it), whose
+        ``compute_loss_from_embeddings`` computes eq. 8 on the cached embeddings.
+
+        Args:
+            model, lambda_, temperature, tn_temperature, nap_head, nap_input, final_norm, nap_hidden_features, eps,
+                gather_across_devices: as in :class:`L2DirLoss`.
+            mini_batch_size: inputs embedded per forward pass (memory knob; the result does not depend on it).
+            mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
+            show_progress_bar: show a progress bar over the mini-batches.
+
+        References:
+            - L2Dir (Zong et al., ACL 2026), eq. 8; GradCache: Scaling Deep Contrastive Learning Batch Size under
+              Memory Limited Setup (Gao et al., 2021).
+
+        Requirements:
+            1. (anchor, positive) pairs or (anchor, positive, negative_1, ..., negative_n) tuples.
+            2. ``LossStateCallback(loss)`` in the trainer's callbacks (NAP head checkpointing).
+            3. Dropout randomness is replayed exactly (ST's ``RandContext``).
+
+        Inputs:
+            +-------------------------------------------------+--------+
+            | Inputs                                          | Labels |
+            +=================================================+========+
+            | (anchor, positive) pairs                        | none   |
+            +-------------------------------------------------+--------+
+            | (anchor, positive, negative_1, ..., negative_n) | none   |
+            +-------------------------------------------------+--------+
+
+        Recommendations:
+            - Use it when the batch does not fit in memory with :class:`L2DirLoss` (the paper trains its 2B
+              models with GradCache at batch 1024).
+
+        Relations:
+            - Equal loss and gradients to :class:`L2DirLoss` (up to float rounding).
+
+        Example:
+            ::
+
+                from sentence_transformers import SentenceTransformer
+                from st_magnitude.callbacks import LossStateCallback
+                from st_magnitude.losses import CachedL2DirLoss
+
+                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+                loss = CachedL2DirLoss(model, mini_batch_size=16)
+                callbacks = [LossStateCallback(loss)]  # pass to SentenceTransformerTrainer(..., callbacks=callbacks)
+        """
+        super().__init__(
+            L2DirLoss(
+                model,
+                lambda_=lambda_,
+                temperature=temperature,
+                tn_temperature=tn_temperature,
+                nap_head=nap_head,
+                nap_input=nap_input,
+                final_norm=final_norm,
+                nap_hidden_features=nap_hidden_features,
+                eps=eps,
+                gather_across_devices=gather_across_devices,
+            ),
+            mini_batch_size,
+            mini_batch_num_tokens,
+            show_progress_bar,
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------

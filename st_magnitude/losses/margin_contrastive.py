@@ -144,7 +144,7 @@ class MarginContrastiveLoss(nn.Module):
         super().__init__()
         self.model = model
         self.similarity = get_similarity(similarity)
-        positive_finite("scale", scale, "1/temperature")
+        positive_finite("scale", scale, "1/temperature", learnable=False)
         self.scale = float(scale)
         if in_batch_negatives not in IN_BATCH_NEGATIVES:
             raise ValueError(

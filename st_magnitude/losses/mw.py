@@ -295,8 +295,8 @@ class CachedMWLoss(CachedLoss):
         similarity: str | Similarity | None = None,
         temperature: float | str = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
-        mini_batch_size: int = 32,
         chunk_size: int | None = None,
+        mini_batch_size: int = 32,
         mini_batch_num_tokens: int | None = None,
         gather_across_devices: bool = False,
         show_progress_bar: bool = False,
@@ -319,9 +319,9 @@ class CachedMWLoss(CachedLoss):
             temperature: τ (paper 001: 0.01) or ``"learnable"`` (as in :class:`MWLoss`; parameter
                 ``loss.temperature.log_scale``).
             reduction: ``"paper"`` (Σ/B, eq. 3) or ``"mean"`` (mean over pairs).
-            mini_batch_size: rows per forward pass and per score-matrix chunk.
             chunk_size: (positive, negative) pairs evaluated at once; ``None`` (default) uses half the size of one
                 ``mini_batch_size`` × B(1+H) block of scores, so memory stays close to that of the cached InfoNCE.
+            mini_batch_size: rows per forward pass and per score-matrix chunk.
             mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
             gather_across_devices: as in :class:`MWLoss`.
             show_progress_bar: show the mini-batch progress.

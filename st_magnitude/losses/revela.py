@@ -155,7 +155,7 @@ class RevelaLoss(nn.Module):
                 trainer.train()
         """
         super().__init__()
-        positive_finite("temperature", temperature, "attention logits are divided by it")
+        positive_finite("temperature", temperature, "attention logits are divided by it", learnable=False)
         positive_float32("eps", eps, "keeps the norms away from 0", hi=1.0)
         self.model = model
         self.lm = lm

@@ -13,8 +13,7 @@ from st_magnitude.callbacks import LossStateCallback, LossStatsCallback, load_lo
 from st_magnitude.callbacks.loss_state import LOSS_STATE_FILENAME, loss_state_dict, save_loss_state
 from st_magnitude.losses import CachedMWLoss, MWLoss
 from st_magnitude.losses._common import LossSimilarityWarning
-from st_magnitude.losses.cached_l2dir import CachedL2DirLoss
-from st_magnitude.losses.l2dir import L2DirLoss
+from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss
 from st_magnitude.losses.partial_norm_infonce import CachedPartialNormInfoNCELoss, PartialNormInfoNCELoss
 
 

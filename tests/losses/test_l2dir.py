@@ -17,9 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-from st_magnitude.losses.cached_l2dir import CachedL2DirLoss
 from st_magnitude.losses.info_tn import InfoTNCollapseWarning, InfoTNLoss
-from st_magnitude.losses.l2dir import PAPER_TEMPERATURES, L2DirLoss
+from st_magnitude.losses.l2dir import PAPER_TEMPERATURES, CachedL2DirLoss, L2DirLoss
 from st_magnitude.modules.nap_head import NAPHead
 from st_magnitude.similarity import (
     CARRIABLE_SIMILARITY_NAMES,

@@ -18,8 +18,7 @@ import torch
 from conftest import TINY_TRANSFORMER, loss_parameters
 from torch import nn
 
-from st_magnitude.losses.cached_l2dir import CachedL2DirLoss
-from st_magnitude.losses.l2dir import L2DirLoss
+from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss
 from st_magnitude.modules.nap_head import NAPInputTap
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-from st_magnitude.losses.cached_l2dir import CachedL2DirLoss
-from st_magnitude.losses.l2dir import L2DirLoss
+from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss
 
 pytestmark = pytest.mark.slow
 

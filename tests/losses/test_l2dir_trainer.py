@@ -12,8 +12,7 @@ from conftest import first_step_probe
 
 from st_magnitude.callbacks import LossStateCallback, LossStatsCallback
 from st_magnitude.callbacks.loss_state import LOSS_STATE_FILENAME
-from st_magnitude.losses.cached_l2dir import CachedL2DirLoss
-from st_magnitude.losses.l2dir import L2DirLoss, load_nap_head, save_nap_head
+from st_magnitude.losses.l2dir import CachedL2DirLoss, L2DirLoss, load_nap_head, save_nap_head
 from st_magnitude.modules.nap_head import NAPHead
 
 

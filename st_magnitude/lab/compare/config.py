@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude._similarity_names import similarity_names, validate_similarity_name  # torch-free
+from st_magnitude.losses._registry import compare_config_fields, compare_loss_names  # torch-free
 
 logger = logging.getLogger(__name__)
 
@@ -16,7 +17,7 @@ __all__ = ["CompareConfig", "PROFILES", "LOSSES", "validate"]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_VARIANTS = similarity_names(carriable=True)  # every similarity a model can carry
-LOSSES = ("infonce", "mw", "l2dir")
+LOSSES = compare_loss_names()  # the losses of the registry that name a compare loss
 #: Key of the per-query nDCG@10 (``{query id: score}``) in each dataset's metrics in ``metrics.json``.
 PER_QUERY_KEY = "per_query_ndcg@10"
 LR_SCHEDULERS = ("linear", "cosine")
@@ -114,8 +115,7 @@ class CompareConfig:
             "adam_beta2",
             "gamma_learning_rate",
             "seed",
-            "scale",
-            "mw_temperature",
+            *compare_config_fields(),  # the loss hyper-parameters (scale, mw_temperature), from the loss registry
         )
         return {k: getattr(self, k) for k in keys}
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from st_magnitude._trust import Fields, read_json
 from st_magnitude._trust.write import write_json_atomic
-from st_magnitude.lab.compare.config import LOSSES, CompareConfig
+from st_magnitude.lab.compare.config import CompareConfig
 from st_magnitude.lab.engine import dist as _dist
 from st_magnitude.lab.engine.models import load_base_model
 from st_magnitude.lab.engine.training import (
@@ -23,6 +23,7 @@ from st_magnitude.lab.engine.training import (
     whole_checkpoints,
 )
 from st_magnitude.lab.engine.write_failure import checkpoint_write_failure, model_save_failure
+from st_magnitude.losses._registry import compare_spec
 
 logger = logging.getLogger(__name__)
 
@@ -30,16 +31,18 @@ __all__ = ["build_loss", "train_run", "train_spec", "trained_info", "training_ar
 
 
 def build_loss(model, variant: str, loss: str, config: CompareConfig):
-    from st_magnitude import losses as L
+    """The loss ``compare`` trains as ``loss``, built as its registry entry says (st_magnitude/losses/_registry.py):
+    the variant as ``similarity``, the CompareConfig fields it names, and gathering under ``torchrun``."""
+    import importlib
 
-    gather = _dist.distributed()  # under torchrun every process scores its rows against the global batch
-    if loss == "infonce":
-        return L.PartialNormInfoNCELoss(model, similarity=variant, scale=config.scale, gather_across_devices=gather)
-    if loss == "mw":
-        return L.MWLoss(model, similarity=variant, temperature=config.mw_temperature, gather_across_devices=gather)
-    if loss == "l2dir":
-        return L.L2DirLoss(model, gather_across_devices=gather)
-    raise ValueError(f"unknown loss {loss!r}; valid losses: {', '.join(LOSSES)}")
+    spec = compare_spec(loss)
+    kwargs = {keyword: getattr(config, field) for keyword, field in spec.compare_kwargs}
+    if spec.takes_similarity:
+        kwargs["similarity"] = variant
+    if spec.gathers:  # under torchrun every process scores its rows against the global batch
+        kwargs["gather_across_devices"] = _dist.distributed()
+    cls = getattr(importlib.import_module(f"st_magnitude.losses.{spec.module}"), spec.name)
+    return cls(model, **kwargs)
 
 
 #: The learnable similarity's role parameters carried by the model (γ̂ of queries and documents).
