@@ -25,8 +25,8 @@ from helpers.toy_beir import write_toy_beir
 from st_magnitude.lab.compare.compare import run_compare
 from st_magnitude.lab.compare.config import CompareConfig
 
-SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "compare_ddp_run.py"
-REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).resolve().parents[2] / "helpers" / "compare_ddp_run.py"
+REPO = Path(__file__).resolve().parents[3]
 #: |1 process − 2 processes| allowed (what was measured is printed with ``-s`` and quoted in docs/compare.md):
 #: metrics come from weights equal to ~1e-7; the loss is reduced in another order (MW at temperature 0.01: ~1e-6 rel).
 METRIC_TOL, LOSS_REL_TOL, WEIGHT_TOL = 1e-6, 1e-5, 1e-5

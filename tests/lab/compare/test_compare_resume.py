@@ -23,7 +23,7 @@ from st_magnitude.lab.compare import compare as C
 from st_magnitude.lab.compare import training as T
 from st_magnitude.lab.compare.config import CompareConfig
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: Each test trains (and re-trains after an interruption) compare runs: minutes of CPU, outside the default run.
 pytestmark = pytest.mark.heavy
 STEPS, SAVE = 8, 2

@@ -18,7 +18,7 @@ from helpers.toy_compare import toy_compare_config
 from st_magnitude.lab.compare.compare import run_compare
 from st_magnitude.lab.engine.lock import FolderLocked, OutputLock, pid_alive
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 

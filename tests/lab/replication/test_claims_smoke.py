@@ -17,7 +17,7 @@ from st_magnitude.lab.replication.gates import NOT_REACHED
 from st_magnitude.lab.replication.report import render_report
 from st_magnitude.lab.replication.runner import redecide, run_claim, summary
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 #: per claim: which tiny model folder stands in for the profile's base
 MODEL_KEY = {claim_id: "st_normalize" if claim_id == "000-appf" else "bert" for claim_id in CLAIM_MODULES}

@@ -17,7 +17,7 @@ from st_magnitude.lab.replication.claims import get_claim
 from st_magnitude.lab.replication.items import items_path, read_items, recompute, with_items, write_items
 from st_magnitude.lab.replication.runner import decide_again, has_items, summary
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RESULTS = REPO / "docs" / "replication" / "results"
 
 

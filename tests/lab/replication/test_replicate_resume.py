@@ -27,7 +27,7 @@ from st_magnitude.cli import main
 from st_magnitude.lab.replication.merge import merge_runs
 from st_magnitude.lab.replication.runner import run_claim
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CLAIM = "000-table5"
 TINY = {"train_pairs": 16, "batch_size": 4, "max_seq_length": 16, "n_boot": 20}
 

@@ -251,18 +251,18 @@ def test_set_values_in_range_are_kept_with_the_settings_types(stub, tmp_path):
 def read_only(monkeypatch, tmp_path):
     """``tmp_path/ro`` behaves as a read-only mount for the writability probe (root writes anywhere, so a chmod
     would not show it): creating a file there fails with EROFS."""
-    import st_magnitude.cli._args as cli_args
+    import st_magnitude._trust.outputs as outputs  # the writability probe of check_output_dir
 
     ro = tmp_path / "ro"
     ro.mkdir()
-    real = cli_args.tempfile.TemporaryFile
+    real = outputs.tempfile.TemporaryFile
 
     def probe(*args, dir=None, **kwargs):
         if dir is not None and Path(dir).resolve() == ro.resolve():
             raise OSError(errno.EROFS, "Read-only file system", str(dir))
         return real(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr(cli_args.tempfile, "TemporaryFile", probe)
+    monkeypatch.setattr(outputs.tempfile, "TemporaryFile", probe)
     return ro
 
 

@@ -138,7 +138,7 @@ def test_a_failed_gate_shows_on_the_page_and_in_the_forest(stub, tmp_path):
     assert [r["verdict"] for r in forest_rows(results)] == ["not reached at this budget"]
 
 
-COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "replication" / "results"
+COMMITTED = Path(__file__).resolve().parents[3] / "docs" / "replication" / "results"
 
 
 @pytest.mark.parametrize(
