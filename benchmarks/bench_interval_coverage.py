@@ -18,7 +18,7 @@ Two intervals per cell:
 
     python benchmarks/bench_interval_coverage.py --write docs/replication/interval_coverage.json
 
-then ``st-magnitude replicate --report`` puts the table on the page.
+then ``st-magnitude replicate --report docs/replication.md`` puts the table on the page.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ run_one() {
     TIMEFORMAT="wall %R s, user %U s, sys %S s"
     # run inside $dir with relative folders: the command recorded in the committed summary names no machine path
     { time (cd "$dir" && timeout --signal=TERM --kill-after=20 "$CAP" "$PYTHON" -m st_magnitude.cli replicate \
-        "$claim" --profile "$PROFILE" --seeds "$SEEDS" --device "$DEVICE" --out full --results results \
+        "$claim" --profile "$PROFILE" --seeds "$SEEDS" --device "$DEVICE" --output full --results results \
         "${EXTRA[@]}" > log.txt 2>&1); } 2> "$dir/time.txt"
     rc=$?
     echo "exit $rc after $((SECONDS - start)) s (cap $CAP s)" >> "$dir/time.txt"
@@ -77,7 +77,7 @@ run_seeds() {  # PER_SEED=1: one process per seed, then one merged (or, for a si
     for ((k = 0; k < SEEDS; k++)); do
         mkdir -p "$dir/full/s$k"
         (cd "$dir" && timeout --signal=TERM --kill-after=20 "$CAP" "$PYTHON" -m st_magnitude.cli replicate "$claim" \
-            --profile "$PROFILE" --seeds 1 --first-seed "$k" --device "$DEVICE" --out "full/s$k" "${EXTRA[@]}" \
+            --profile "$PROFILE" --seeds 1 --first-seed "$k" --device "$DEVICE" --output "full/s$k" "${EXTRA[@]}" \
             > "log-s$k.txt" 2>&1; echo "seed $k: exit $? after $((SECONDS - start)) s (cap $CAP s)" >> time.txt) &
     done
     wait
@@ -88,7 +88,7 @@ run_seeds() {  # PER_SEED=1: one process per seed, then one merged (or, for a si
     local results=(--results results)
     [ "${DRY_RUN:-0}" = 1 ] && results=()  # a dry run's result is not evidence: no summary
     if [ "${#parts[@]}" -ge 2 ]; then
-        (cd "$dir" && "$PYTHON" -m st_magnitude.cli replicate --merge "${parts[@]}" --out full "${results[@]}" \
+        (cd "$dir" && "$PYTHON" -m st_magnitude.cli replicate --merge "${parts[@]}" --output full "${results[@]}" \
             > log.txt 2>&1) || echo "merge failed" >> "$dir/time.txt"
     elif [ "${#parts[@]}" = 1 ]; then
         (cd "$dir" && "$PYTHON" -m st_magnitude.cli replicate --redecide "${parts[0]}" "${results[@]}" > log.txt 2>&1) \

@@ -88,7 +88,7 @@ def _instrument(spans: Spans) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="compare's --output-dir (new or empty)")
+    p.add_argument("--out", required=True, help="compare's --output (new or empty)")
     p.add_argument("--json", help="write the phase table here as JSON")
     p.add_argument("compare_args", nargs="*", help="arguments after -- go to `st-magnitude compare`")
     args = p.parse_args(argv)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _instrument(spans)
     spans.enter("other")
-    rc = cli_main(["compare", *args.compare_args, "--output-dir", str(out)])
+    rc = cli_main(["compare", *args.compare_args, "--output", str(out)])
     spans.leave()
     spans._charge()
 

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nQuality table (" + str(results) + "):\n")
         print(results.read_text())
     else:
-        print(f"\nNo quality table yet: run `st-magnitude compare --quick --output-dir {args.compare_dir}`.")
+        print(f"\nNo quality table yet: run `st-magnitude compare --quick --output {args.compare_dir}`.")
     return 0 if all(s.startswith("ok") for _, s, _ in summary) else 1
 
 

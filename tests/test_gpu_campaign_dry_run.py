@@ -54,7 +54,15 @@ def test_the_committed_parts_are_the_state_and_the_plan_follows_the_priority(tmp
 def test_two_runs_accumulate_seeds_and_merge_them(setup, tmp_path):
     campaign = _campaign()
     parts = tmp_path / "parts"
-    common = ["--only", "000-appf", "--dry-run", "--data", str(setup["data"]), "--model", f"000-appf={setup['model']}"]
+    common = [
+        "--only",
+        "000-appf",
+        "--dry-run",
+        "--data-root",
+        str(setup["data"]),
+        "--model",
+        f"000-appf={setup['model']}",
+    ]
     out1 = tmp_path / "run1"
     assert campaign.main(["--parts", str(parts), "--parallel", "1", "run", "--out", str(out1), *common]) == 0
     rec1 = json.loads((out1 / "campaign.json").read_text())

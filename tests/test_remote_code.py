@@ -91,7 +91,7 @@ def _commands(model: Path, toy: Path, out: Path) -> dict[str, list[str]]:
             str(toy),
             "--eval-data",
             str(toy),
-            "--output-dir",
+            "--output",
             str(out / "compare"),
             "--steps",
             "1",
@@ -99,7 +99,7 @@ def _commands(model: Path, toy: Path, out: Path) -> dict[str, list[str]]:
             "--device",
             "cpu",
         ],
-        "mteb run": ["mteb", "run", "-m", m, "-t", str(toy), "--output-folder", str(out / "mteb")],
+        "mteb run": ["mteb", "run", "-m", m, "-t", str(toy), "--output", str(out / "mteb")],
     }
 
 

@@ -460,7 +460,7 @@ def section_trainer(args, ctx) -> dict:
     cmd += ["--model", str(model_src), "--train-data", str(train), "--eval-data", str(Path(args.data) / eval_name)]
     corpus, queries = (2000, 100) if not args.dry_run else (40, 8)
     cmd += ["--max-corpus", str(corpus), "--max-queries", str(queries), "--save-steps", str(save_steps)]
-    cmd += ["--output-dir", str(out_dir), "--device", device]
+    cmd += ["--output", str(out_dir), "--device", device]
     if args.dry_run:
         cmd += ["--batch-size", str(batch), "--max-seq-length", str(seq)]
     t0 = time.perf_counter()

@@ -120,14 +120,14 @@ def run(args) -> int:
     for entry, k in todo:
         folder = work / entry.name / f"s{k}"
         folder.mkdir(parents=True, exist_ok=True)
-        cmd = [entry.claim, "--profile", "gpu", "--first-seed", str(k), "--seeds", "1", "--out", str(folder)]
+        cmd = [entry.claim, "--profile", "gpu", "--first-seed", str(k), "--seeds", "1", "--output", str(folder)]
         cmd += ["--device", args.device] + [a for s in entry.sets for a in ("--set", s)]
         cmd += ["--tag", entry.tag] if entry.tag else []
         cmd += ["--dry-run"] if args.dry_run else []
         if entry.claim in args.model:
             cmd += ["--model", args.model[entry.claim]]
-        if args.data:
-            cmd += ["--data", args.data]
+        if args.data_root:
+            cmd += ["--data-root", args.data_root]
         logf = open(work / f"{entry.name}-s{k}.log", "w")  # noqa: SIM115 - closed when the process is collected
         proc = subprocess.Popen(
             [sys.executable, "-m", "st_magnitude.cli", "replicate", *cmd], stdout=logf, stderr=subprocess.STDOUT
@@ -156,7 +156,7 @@ def run(args) -> int:
         all_parts = sorted(set(all_parts))
         results = [] if args.dry_run else ["--results", str(out)]  # a dry run's result is not evidence
         if len(all_parts) >= 2:
-            r = _replicate(["--merge", *all_parts, "--out", str(work / "merged"), *results], capture_output=True)
+            r = _replicate(["--merge", *all_parts, "--output", str(work / "merged"), *results], capture_output=True)
         else:
             one = work / "merged" / Path(all_parts[0]).name
             one.parent.mkdir(parents=True, exist_ok=True)
@@ -219,7 +219,7 @@ def collect(args) -> int:
         if m["exit"] == 0 and summary.is_file():
             shutil.copyfile(summary, results / summary.name)
             print(f"summary: {results / summary.name} ({m['parts']} seeds)")
-    print("then: st-magnitude replicate --report   (regenerates docs/replication.md)")
+    print("then: st-magnitude replicate --report docs/replication.md   (regenerates the page)")
     return 0
 
 
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--work", default=None, help="scratch folder (default OUT/../campaign-work)")
     r.add_argument("--budget", type=float, default=780.0, help="seconds before the seed processes are stopped")
     r.add_argument("--device", default="cuda")
-    r.add_argument("--data", default=None, help="replicate's --data (default $ST_MAGNITUDE_DATA)")
+    r.add_argument("--data-root", default=None, help="replicate's --data-root (default $ST_MAGNITUDE_DATA)")
     r.add_argument("--only", nargs="+", help="only these claims")
     r.add_argument("--dry-run", action="store_true", help="replicate --dry-run on the CPU, one seed at a time")
     r.add_argument("--model", action="append", default=[], metavar="CLAIM=FOLDER", help="a claim's base model")

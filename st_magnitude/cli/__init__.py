@@ -7,8 +7,8 @@ The options several commands share are declared once, in :mod:`st_magnitude.cli.
 
 :func:`main` builds only the parser of the command it is given (the others are listed by name and help, without
 importing their modules), so ``st-magnitude --help`` and usage errors stay fast; :func:`build_parser` without an
-argument builds them all. A command module that cannot be imported because an ``st_magnitude`` area is not in this
-build is left out instead of taking the other commands down.
+argument builds them all. A command module that cannot be imported because an ``st_magnitude`` area (or a room of
+the lab) is not in this build is left out instead of taking the other commands down.
 
 Errors are one line on stderr with exit code 2: usage errors from the parser, and ``ValueError`` / ``OSError`` /
 ``ImportError`` raised by a command (``--debug`` shows the traceback instead). Everything read from disk passes the
@@ -48,7 +48,12 @@ COMMANDS: dict[str, str] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (exit 2), naming the command; sub-commands inherit the class."""
+    """Usage errors as one line on stderr (exit 2), naming the command; sub-commands inherit the class. Options are
+    spelled in full (no abbreviations): a prefix such as ``--out`` or ``--data`` is not taken for ``--output`` or
+    ``--data-root``."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs) -> None:
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -64,8 +69,9 @@ def _command_module(name: str):
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("st_magnitude.") and exc.name.count(".") == 1:  # st_magnitude.<area>
-            return None
+        parts = (exc.name or "").split(".")
+        if parts[0] == "st_magnitude" and (len(parts) == 2 or (len(parts) == 3 and parts[1] == "lab")):
+            return None  # st_magnitude.<area> or st_magnitude.lab.<room>
         raise
 
 

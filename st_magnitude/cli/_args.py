@@ -1,10 +1,17 @@
 """The options the ``st-magnitude`` commands share, declared once, and the helpers every command uses.
 
-:data:`OPTIONS` declares each shared option (``--data``, ``--split``, ``--max-corpus``, ``--max-queries``,
-``--seed``, ``--on-missing``, ``--max-seq-length``, ``--batch-size``, ``--threads``, ``--device``,
-``--trust-remote-code``) once; a command adds them with :func:`add_options` / :func:`add_option` (overriding a
-keyword such as a narrower help) and passes them on with :func:`values`. The similarity names a command accepts
-come from :func:`similarity_names` (one registry, :mod:`st_magnitude._similarity_names`).
+:data:`OPTIONS` declares each shared option (``-o/--output``, ``--data``, ``--data-root``, ``--split``,
+``--max-corpus``, ``--max-queries``, ``--seed``, ``--on-missing``, ``--max-seq-length``, ``--batch-size``,
+``--threads``, ``--device``, ``--trust-remote-code``) once; a command adds them with :func:`add_options` /
+:func:`add_option` (overriding a keyword such as a narrower help) and passes them on with :func:`values`.
+
+One vocabulary: ``-o/--output`` is where a command writes its main output (a folder); ``--data`` is one or more
+BEIR dataset folders; ``--data-root`` is the data folder holding ``beir/`` and ``sts/``
+(:mod:`st_magnitude.data.home`). Files a command writes besides its main output have their own names
+(``--json FILE``, ``--plot FILE``, ``replicate --results DIR`` / ``--report PAGE``).
+
+The similarity names a command accepts come from :func:`similarity_names` (one registry,
+:mod:`st_magnitude._similarity_names`).
 Argument types and up-front checks: every command validates its arguments and its outputs before any work (loading a
 model, reading data): numbers through the ``argparse`` types below (a bad value is a one-line usage error, exit 2),
 output paths through :func:`check_output_file` / :func:`check_output_dir`, which *probe* writability by creating and
@@ -26,6 +33,7 @@ from st_magnitude._trust.outputs import check_output_dir, check_output_file  # n
 
 __all__ = [
     "OPTIONS",
+    "SHORT_FLAGS",
     "SUBSAMPLE",
     "TRUST_HELP",
     "add_option",
@@ -207,7 +215,14 @@ def similarity_arg(purpose: str = "carry"):
 #: The options several commands share, declared once: flag -> ``add_argument`` keywords. A command adds them with
 #: :func:`add_options` (as declared) or :func:`add_option` (overriding a keyword, e.g. a narrower help).
 OPTIONS: dict[str, dict[str, Any]] = {
-    "--data": {"nargs": "+", "required": True, "metavar": "BEIR_DIR", "help": "local BEIR folder(s)"},
+    "--output": {"default": None, "metavar": "DIR", "help": "the folder this command writes its output to"},
+    "--data": {"nargs": "+", "required": True, "metavar": "BEIR_DIR", "help": "local BEIR dataset folder(s)"},
+    "--data-root": {
+        "default": None,
+        "metavar": "DIR",
+        "help": "the data folder holding beir/ and sts/ (default: $ST_MAGNITUDE_DATA, else "
+        "~/.cache/st_magnitude/data)",
+    },
     "--split": {"default": "test", "help": "qrels split (default: test)"},
     "--max-corpus": {
         "type": positive_int,
@@ -234,13 +249,17 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "--trust-remote-code": {"action": "store_true", "help": TRUST_HELP},
 }
 
+#: The short spelling of a shared option, added beside its long one.
+SHORT_FLAGS = {"--output": "-o"}
+
 #: The ``dest`` of the BEIR subsampling options (``--split --max-corpus --max-queries --seed``), for :func:`values`.
 SUBSAMPLE = ("split", "max_corpus", "max_queries", "seed")
 
 
 def add_option(parser: argparse.ArgumentParser, flag: str, **override: Any) -> argparse.Action:
     """Add the shared option ``flag`` (a key of :data:`OPTIONS`), with ``override`` replacing declared keywords."""
-    return parser.add_argument(flag, **{**OPTIONS[flag], **override})
+    flags = (SHORT_FLAGS[flag], flag) if flag in SHORT_FLAGS else (flag,)
+    return parser.add_argument(*flags, **{**OPTIONS[flag], **override})
 
 
 def add_options(parser: argparse.ArgumentParser, *flags: str) -> None:

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=500,
         help="top non-positive documents per query in the pools (default 500, as pooled AUC)",
     )
-    p.add_argument("--output", default=None, metavar="DIR", help="folder to save score_calibration.json to")
+    add_option(p, "--output", help="folder to save score_calibration.json to (default: the model folder)")
     add_options(p, "--max-corpus", "--max-queries", "--seed", "--on-missing", "--max-seq-length")
     add_option(p, "--batch-size", default=32)
     add_options(p, "--device", "--threads")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import textwrap
 
-from st_magnitude.cli._args import add_options, positive_int, values
+from st_magnitude.cli._args import add_option, add_options, positive_int, values
 from st_magnitude.lab.compare.config import (
     DEFAULT_MODEL,
     DEFAULT_VARIANTS,
@@ -16,9 +15,9 @@ from st_magnitude.lab.compare.config import (
     CompareConfig,
 )
 
-INTERRUPTED = (
-    "st-magnitude compare: interrupted; re-run the same command to resume (finished runs are kept, training "
-    "continues from its last checkpoint)"
+#: What ``st-magnitude compare: interrupted`` adds (the CLI's one interrupt line, :func:`st_magnitude.cli.main`).
+INTERRUPT_HINT = (
+    "re-run the same command to resume (finished runs are kept, training continues from its last checkpoint)"
 )
 
 
@@ -28,8 +27,6 @@ _PASSED_ON = (
     "variants",
     "train_data",
     "eval_data",
-    "data_dir",
-    "output_dir",
     "device",
     "trust_remote_code",
     "save_steps",
@@ -45,7 +42,7 @@ def _description() -> str:
         "Fine-tune one base model with each similarity variant (same seed, steps and data), evaluate each with its "
         "own similarity (nDCG@10, Recall@100, MRR@10, pooled AUC), run the κ recommender on the base model, and write "
         "results.md / results.csv / plots. Re-running skips finished runs, evaluates newly requested datasets and "
-        "resumes interrupted training; one process at a time works in an --output-dir."
+        "resumes interrupted training; one process at a time works in an --output folder."
     )
     full = (
         "--full follows paper 000 App. B (Table 8): lr 5e-6, no warm-up, cosine decay, weight decay 0.01, max grad "
@@ -67,8 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss", type=_csv, default=("infonce",), help=f"comma-separated, from: {', '.join(LOSSES)}")
     p.add_argument("--train-data", default="nfcorpus", help="BEIR dataset name or folder to train on (train split)")
     p.add_argument("--eval-data", type=_csv, default=("nfcorpus", "scifact"), help="BEIR names or folders (test)")
-    p.add_argument("--data-dir", default=None, help="data folder, holding beir/ (default $ST_MAGNITUDE_DATA)")
-    p.add_argument("--output-dir", default="runs/compare", help="results folder (default: %(default)s)")
+    add_options(p, "--data-root")
+    add_option(p, "--output", default="runs/compare", help="results folder (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="the quick profile (default)")
     p.add_argument(
         "--full",
@@ -101,6 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-kappa", action="store_true", help="skip the κ recommender")
     add_options(p, "--device", "--trust-remote-code")
+    p.set_defaults(interrupt_hint=INTERRUPT_HINT)
 
 
 def _close_progress_bars() -> None:
@@ -132,13 +130,14 @@ def run(args: argparse.Namespace) -> int:
         profile=profile,
         seed=args.seed if args.seed is not None else 42,
         kappa=not args.no_kappa,
+        data_dir=args.data_root,
+        output_dir=args.output,
         **values(args, *_PASSED_ON),
         **settings,
     )
     try:
         run_compare_seeds(config, args.seeds, log=print)
     except KeyboardInterrupt:
-        _close_progress_bars()  # else the Trainer's bars are redrawn after the message when they are collected
-        print(INTERRUPTED, file=sys.stderr)
-        return 130
+        _close_progress_bars()  # else the Trainer's bars are redrawn after the CLI's interrupt line
+        raise
     return 0

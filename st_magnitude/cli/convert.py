@@ -6,6 +6,7 @@ import argparse
 
 from st_magnitude._similarity_names import gammas_of
 from st_magnitude.cli._args import (
+    add_option,
     add_options,
     check_model_path,
     check_output_dir,
@@ -47,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SIMILARITY",
         help=f"one of: {', '.join(similarity_names('carry'))}",
     )
-    p.add_argument("-o", "--output", required=True, help="folder to save the converted model to (must be new/empty)")
+    add_option(p, "--output", required=True, help="folder to save the converted model to (must be new/empty)")
     p.add_argument(
         "--store",
         choices=STORES,

@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_option(p, "--max-corpus", help="NanoBEIR-style corpus subsample per dataset")
     add_options(p, "--max-queries")
     p.add_argument("--no-kappa", action="store_true", help="skip the κ rule")
-    p.add_argument("--output", default="runs/diagnose", help="report folder (default runs/diagnose)")
+    add_option(p, "--output", default="runs/diagnose", help="report folder (default runs/diagnose)")
     add_option(p, "--seed", help="random seed: subsamples, κ pairs and half-samples (default 42)")
     add_options(p, "--threads", "--trust-remote-code")
 

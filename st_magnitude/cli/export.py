@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from st_magnitude.cli._args import add_options, check_model_path, check_output_dir, refuse_foreign_code, values
+from st_magnitude.cli._args import (
+    add_option,
+    add_options,
+    check_model_path,
+    check_output_dir,
+    refuse_foreign_code,
+    values,
+)
 
 DESCRIPTION = (
     "Trace encode_query and encode_document (the role transform folded in) to query.onnx and document.onnx, fuse "
@@ -18,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from st_magnitude.serving.onnx_graphs import KEEP_F32, QUANTIZATIONS
 
     p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
-    p.add_argument("-o", "--output", required=True, help="new or empty folder for the graphs")
+    add_option(p, "--output", required=True, help="new or empty folder for the graphs")
     p.add_argument(
         "--quantize",
         choices=QUANTIZATIONS,

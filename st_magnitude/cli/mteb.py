@@ -17,7 +17,7 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
         "run",
         help="mteb run -m PATH -t TASK_OR_BEIR_DIR ... (mteb's normal results files)",
         description=(
-            "Everything mteb's `run` accepts works (e.g. --output-folder, --overwrite-strategy, --batch-size); "
+            "mteb's `run` options listed here are passed on (-o/--output as mteb's --output-folder); "
             "-m may be a local model folder and -t a local BEIR folder. Extra options of ours: "
             "--split, --max-corpus, --max-queries, --seed, --on-missing (for local folders), --trust-remote-code."
         ),
@@ -32,12 +32,12 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
         help="mteb task names (downloaded: online only) and/or local BEIR folders",
     )
     r.add_argument("-b", "--benchmarks", nargs="+", default=None, help="mteb benchmark names (online only)")
-    r.add_argument("--output-folder", default="results", help="mteb results folder (default: results)")
+    add_option(r, "--output", default="results", help="mteb results folder (mteb's --output-folder; default: results)")
     add_option(r, "--batch-size", help="encoding batch size (default: mteb's)")
     r.add_argument(
         "--overwrite-strategy", default=None, help="mteb overwrite strategy (always, never, only-missing, only-cache)"
     )
-    r.add_argument("--prediction-folder", default=None)
+    r.add_argument("--prediction-folder", default=None, metavar="DIR", help="also save mteb's predictions here")
     r.add_argument("--device", type=int, default=None, help="CUDA device index (mteb's own flag; default auto)")
     r.add_argument("--verbosity", type=int, default=None, help="mteb verbosity 0-3")
     add_option(r, "--split", help="qrels split of local BEIR folders")
@@ -56,10 +56,10 @@ def _run(args: argparse.Namespace) -> int:
 
     if not args.tasks and not args.benchmarks:
         raise ValueError("mteb run needs -t TASK_OR_BEIR_DIR ... (or -b BENCHMARK)")
-    check_output_dir(args.output_folder, "--output-folder")
+    check_output_dir(args.output, "--output")
     if args.prediction_folder:
         check_output_dir(args.prediction_folder, "--prediction-folder")
-    argv = ["run", "-m", args.model, "--output-folder", args.output_folder]
+    argv = ["run", "-m", args.model, "--output-folder", args.output]
     if args.tasks:
         argv += ["-t", *args.tasks]
     if args.benchmarks:
@@ -73,8 +73,8 @@ def _run(args: argparse.Namespace) -> int:
     ):
         if value is not None:
             argv += [flag, str(value)]
-    print(f"mteb run: results go to {os.path.abspath(args.output_folder)}", flush=True)
-    with removed_on_failure(args.output_folder), removed_on_failure(args.prediction_folder):
+    print(f"mteb run: results go to {os.path.abspath(args.output)}", flush=True)
+    with removed_on_failure(args.output), removed_on_failure(args.prediction_folder):
         mteb_cli(argv, **values(args, *SUBSAMPLE, "on_missing", "trust_remote_code"))
-    print(f"mteb results written under {os.path.abspath(args.output_folder)}")
+    print(f"mteb results written under {os.path.abspath(args.output)}")
     return 0

@@ -7,20 +7,22 @@ import shlex
 import sys
 from pathlib import Path
 
-from st_magnitude.cli._args import add_options, removed_on_failure, values
+from st_magnitude.cli._args import add_option, add_options, removed_on_failure, values
 
-__all__ = ["DEFAULT_REPORT", "DEFAULT_RESULTS", "add_arguments", "run"]
+__all__ = ["COMMITTED_REPORT", "DEFAULT_RESULTS", "add_arguments", "run"]
 
+#: The committed summaries, which --list and --report read when --results is left out (nothing writes there unasked).
 DEFAULT_RESULTS = "docs/replication/results"
-DEFAULT_REPORT = "docs/replication.md"
-
-
-DEFAULT_OUT = "runs/replication"
+#: The committed page, rebuilt with ``--report docs/replication.md`` (named in help texts; never a default).
+COMMITTED_REPORT = "docs/replication.md"
+#: Where a run writes its full result JSON (ignored by git).
+DEFAULT_OUTPUT = "runs/replication"
 
 DESCRIPTION = (
-    "Run one paper claim with N seeds and write its result JSON to --out (and a summary to --results DIR only when "
-    "asked); --list names the claims with their recorded cost; --report regenerates docs/replication.md and "
-    "docs/replication/forest.png from the result JSONs."
+    "Run one paper claim with N seeds and write its full result JSON to --output (and a summary to --results DIR "
+    "only when asked); --list names the claims with their recorded cost; --report PAGE writes the report page PAGE "
+    f"and replication/forest.png beside it from the summaries in --results (the committed page: --report "
+    f"{COMMITTED_REPORT} --results {DEFAULT_RESULTS})."
 )
 
 
@@ -29,19 +31,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--list", action="store_true", help="list the claims with the seeds, CPU-seconds and wall time recorded"
     )
-    p.add_argument("--report", action="store_true", help=f"regenerate {DEFAULT_REPORT} from the result JSONs")
+    p.add_argument(
+        "--report",
+        default=None,
+        metavar="PAGE",
+        help="write the report page PAGE (and replication/forest.png beside it) from the summaries in --results; "
+        f"the committed page is {COMMITTED_REPORT}",
+    )
     p.add_argument(
         "--profile", default="cpu", choices=("cpu", "gpu"), help="cpu (small) or gpu (paper-faithful); default: cpu"
     )
     p.add_argument("--seeds", type=int, default=5, help="number of training seeds (default: 5)")
     p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--data", default=None, help="data folder holding beir/ and sts/ (default $ST_MAGNITUDE_DATA)")
-    p.add_argument(
-        "--out", default=DEFAULT_OUT, help=f"folder for the full result JSON, per-item scores (default {DEFAULT_OUT})"
+    add_options(p, "--data-root")
+    add_option(
+        p,
+        "--output",
+        default=DEFAULT_OUTPUT,
+        help=f"folder for the full result JSON with the per-item scores (default {DEFAULT_OUTPUT})",
     )
     p.add_argument(
         "--results",
         default=None,
+        metavar="DIR",
         help="folder for the small summary JSON the report is built from; a run writes one only when this is given "
         f"(the committed ones: {DEFAULT_RESULTS}). --report and --list read {DEFAULT_RESULTS} when it is left out",
     )
@@ -50,7 +62,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a summary in --results that holds more seeds than this run (refused otherwise)",
     )
-    p.add_argument("--report-path", default=DEFAULT_REPORT, help="where --report writes")
     p.add_argument("--model", default=None, help="override the profile's base model (folder or alias)")
     add_options(p, "--device")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a profile setting")
@@ -66,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FULL_JSON",
         help="merge the full JSONs of one run made in parts (disjoint seeds, e.g. one process per seed with "
-        "--first-seed K --seeds 1) into one result in --out, decided by the claim's rule (no training)",
+        "--first-seed K --seeds 1) into one result in --output, decided by the claim's rule (no training)",
     )
     p.add_argument(
         "--dry-run",
@@ -109,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         from st_magnitude.lab.replication.report import write_report
 
-        page = write_report(results or DEFAULT_RESULTS, args.report_path)
+        page = write_report(results or DEFAULT_RESULTS, args.report)
         print(f"wrote {page} and {page.parent / 'replication' / 'forest.png'}")
         return 0
     if args.redecide:
@@ -127,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
         if args.claim:
             raise ValueError(f"--merge takes no claim ({args.claim!r}): each part's file names its claim")
 
-        with removed_on_failure(args.out), removed_on_failure(results):  # a failed merge leaves no empty folder
-            record = merge_runs(args.merge, args.out, results, force=args.force)
+        with removed_on_failure(args.output), removed_on_failure(results):  # a failed merge leaves no empty folder
+            record = merge_runs(args.merge, args.output, results, force=args.force)
         r = record["resources"]
         print(
             f"{record['claim']} ({record['profile']}): merged {len(args.merge)} parts, "
@@ -142,22 +153,24 @@ def run(args: argparse.Namespace) -> int:
     if not args.claim:
         raise ValueError(f"name a claim (valid: {', '.join(CLAIM_MODULES)}), or use --list / --report")
     if args.dry_run and results:
-        raise ValueError("a dry run writes no summary: leave out --results (its full result goes to --out)")
+        raise ValueError("a dry run writes no summary: leave out --results (its full result goes to --output)")
     from st_magnitude.lab.replication.overrides import parse_set
     from st_magnitude.lab.replication.runner import run_claim
 
     overrides = parse_set(args.set)  # checked against the profile's settings before the run starts
 
     command = " ".join(shlex.quote(a) for a in ["st-magnitude", "replicate", *_argv_after("replicate")])
-    where = f"full result to {Path(args.out).resolve()}/"
+    where = f"full result to {Path(args.output).resolve()}/"
     where += f", summary to {Path(results).resolve()}/" if results else " (no summary: --results DIR writes one)"
     print(f"replicate {args.claim} ({args.profile}, {_count(args.seeds, 'seed')}): writing the {where}", flush=True)
     record = run_claim(
         args.claim,
         results=results,
+        data=args.data_root,
+        out=args.output,
         command=command,
         overrides=overrides,
-        **values(args, "profile", "seeds", "first_seed", "data", "out", "device", "model", "tag", "force", "dry_run"),
+        **values(args, "profile", "seeds", "first_seed", "device", "model", "tag", "force", "dry_run"),
     )
     r = record["resources"]
     print(

@@ -109,6 +109,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             continue
         groups.setdefault("/".join(row[c] for c in group_cols) or "all", []).append(row)
     results: dict[str, Any] = {}
+    not_fitted: dict[str, str] = {}
     plot_groups = {}
     for label, grows in sorted(groups.items()):
         D = [_float(r, args.dim_column, args.csv) for r in grows]
@@ -122,6 +123,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             else:
                 fit = fit_dimension_law(D, L, bootstrap=args.bootstrap, seed=args.seed)
         except ValueError as exc:
+            not_fitted[label] = str(exc)
             print(f"{label}: not fitted ({exc})")
             continue
         results[label] = {**fit.params(), "r2": fit.r2, "n_points": fit.n_points, "sse": fit.sse, "ci": fit.ci}
@@ -141,6 +143,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                 results[label]["holdout"] = {k: v for k, v in check.items() if k != "fit"}
         if not args.joint:
             plot_groups[label] = (D, L, fit)
+    if not results:
+        reasons = "; ".join(f"{label}: {why}" for label, why in not_fitted.items())
+        raise ValueError(f"{args.csv}: nothing fitted ({reasons or f'no row has a value of {args.metric!r}'})")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(_json_numbers(results), indent=2))
@@ -150,7 +155,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
         ylabel = f"1 - {args.metric}" if args.negate else args.metric
         print(f"plot: {plot_dimension_fits(plot_groups, args.plot, ylabel=ylabel)}")
-    return 0 if results else 1
+    return 0
 
 
 def _json_numbers(obj: Any) -> Any:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from st_magnitude.cli._args import check_output_dir
+from st_magnitude.cli._args import add_option, check_output_dir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="saved SentenceTransformer folder")
-    p.add_argument("-o", "--output", help="write the stripped copy here (default: edit in place, atomically)")
+    add_option(p, "--output", help="write the stripped copy here (default: edit in place, atomically)")
 
 
 def run(args: argparse.Namespace) -> int:

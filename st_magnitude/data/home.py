@@ -7,7 +7,7 @@ The *data folder* holds one sub-folder per kind of data::
 
 It is, first match wins (documented once, in docs/getting_started.md, section "Data"):
 
-1. the command's flag (``compare --data-dir``, ``replicate --data``) or the ``data_dir`` argument;
+1. the commands' ``--data-root`` flag (``compare``, ``replicate``) or the ``data_dir`` argument;
 2. ``$ST_MAGNITUDE_DATA``;
 3. the user cache ``$XDG_CACHE_HOME/st_magnitude/data`` (``~/.cache/st_magnitude/data``), which need not exist.
 
@@ -34,7 +34,7 @@ DATA_ENV = "ST_MAGNITUDE_DATA"
 #: Where BEIR publishes its datasets (one zip per name).
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 #: How a user sets the data folder (ends every message about missing data).
-SET_DATA = f"pass the data folder (holding beir/) with the command's data flag or set ${DATA_ENV} (docs: Data)"
+SET_DATA = f"pass the data folder (holding beir/ and sts/) with --data-root or set ${DATA_ENV} (docs: Data)"
 
 
 def default_data_dir() -> Path:
@@ -51,13 +51,13 @@ def _existing(folder: str | os.PathLike, source: str) -> Path:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The data folder: ``data_dir`` (a command's flag), else ``$ST_MAGNITUDE_DATA``, else the user cache.
+    """The data folder: ``data_dir`` (the commands' ``--data-root``), else ``$ST_MAGNITUDE_DATA``, else the user cache.
 
     Raises ``FileNotFoundError`` when the flag or a variable names a folder that does not exist; the user cache
     (:func:`default_data_dir`) is returned whether or not it exists yet (a download creates it).
     """
     if data_dir:
-        return _existing(data_dir, "the data flag")
+        return _existing(data_dir, "--data-root")
     if os.environ.get(DATA_ENV):
         return _existing(os.environ[DATA_ENV], f"${DATA_ENV}")
     return default_data_dir()

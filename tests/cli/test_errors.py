@@ -48,6 +48,8 @@ def world(tiny_bert_dir, tmp_path_factory):
     csv_file.write_text(
         "recipe,dataset,dim,contrastive_entropy\n" + "".join(f"a,b,{d},{1 + 8 / d}\n" for d in (8, 16, 32, 64))
     )
+    too_few = root / "too_few.csv"  # every group has 2 dimensions: nothing can be fitted
+    too_few.write_text("recipe,dataset,dim,contrastive_entropy\n" + "a,b,8,2\na,b,16,1.5\nc,b,8,2\nc,b,16,1.4\n")
     plain_file = root / "plain.txt"
     plain_file.write_text("x")
     return {
@@ -58,6 +60,7 @@ def world(tiny_bert_dir, tmp_path_factory):
         "bad_qrels": str(bad_qrels),
         "ghost": str(ghost),
         "csv": str(csv_file),
+        "too_few": str(too_few),
         "file": str(plain_file),
         "dir": str(root),
     }
@@ -83,7 +86,8 @@ BAD = [
     ("scaling fit {csv} --bootstrap -3", "expected an integer >= 0"),
     ("scaling fit {csv} --plot /proc/law.png", "is not writable"),
     ("scaling choose --budget -1", "expected a finite number > 0"),
-    ("compare --device cdu --output-dir {out}/c", "unknown device 'cdu'"),
+    ("scaling fit {too_few}", "nothing fitted (a/b: need at least 3 distinct dimensions"),
+    ("compare --device cdu --output {out}/c", "unknown device 'cdu'"),
     ("convert no-such-model dot -o {out}/x", "does not exist"),
     ("inspect no-such-model", "does not exist"),
     ("convert {model} tn -o {out}/x", "'tn' cannot be used here"),
@@ -95,9 +99,9 @@ BAD = [
     ("diagnose {model} --data {toy} --n-pairs 0 --output {out}/d", "expected an integer >= 1"),
     ("diagnose {model} --data {toy} --output {file}", "is a file, not a folder"),
     ("diagnose {model} --data {ghost} --no-kappa --output {out}/d", "test.tsv:10: corpus-id 'ghost' is not in"),
-    ("mteb run -m {model} -t {out}/missing --output-folder {out}/m", "does not exist"),
-    ("mteb run -m {model} -t {ghost} --output-folder {out}/m", "--on-missing drop"),
-    ("mteb run -m {model} --output-folder {out}/m", "needs -t"),
+    ("mteb run -m {model} -t {out}/missing --output {out}/m", "does not exist"),
+    ("mteb run -m {model} -t {ghost} --output {out}/m", "--on-missing drop"),
+    ("mteb run -m {model} --output {out}/m", "needs -t"),
 ]
 
 
@@ -159,6 +163,19 @@ def test_sigint_is_one_line_not_a_traceback(world, tmp_path):
     assert proc.stderr.strip().splitlines() == ["st-magnitude evaluate: interrupted"]
 
 
+def test_compare_interrupted_is_the_one_interrupt_line(monkeypatch, tmp_path, capsys):
+    # compare printed its own line; now it ends like every command, with its hint (the run resumes)
+    import st_magnitude.lab.compare.seeds as seeds
+    from st_magnitude.cli.compare import INTERRUPT_HINT
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(seeds, "run_compare_seeds", interrupted)
+    assert main(["compare", "-o", str(tmp_path / "c")]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == [f"st-magnitude compare: interrupted; {INTERRUPT_HINT}"]
+
+
 def test_failed_diagnose_and_mteb_run_leave_no_output_folder(world, tmp_path, monkeypatch, capsys):
     # failures after the command created its output folder (the up-front checks cannot foresee them)
     import st_magnitude.diagnostics.report as report
@@ -175,6 +192,6 @@ def test_failed_diagnose_and_mteb_run_leave_no_output_folder(world, tmp_path, mo
 
     monkeypatch.setattr(our_mteb._LocalLoader, "__call__", fail)
     out = tmp_path / "mteb_out"
-    assert main(["mteb", "run", "-m", world["model"], "-t", world["toy"], "--output-folder", str(out)]) == 2
+    assert main(["mteb", "run", "-m", world["model"], "-t", world["toy"], "--output", str(out)]) == 2
     assert "simulated failure mid-run" in capsys.readouterr().err
     assert not out.exists()

@@ -1,7 +1,8 @@
 """The command registry (``st_magnitude.cli.COMMANDS``), one module per command, shared options declared once.
 
-Each command lives in ``st_magnitude/cli/<command>.py`` and every shared option (``--data/--split/--max-*/--seed/
---threads``) is declared once, in ``st_magnitude/cli/_args.py``: these tests keep it so.
+Each command lives in ``st_magnitude/cli/<command>.py`` and every shared option (``-o/--output``, ``--data``,
+``--data-root``, ``--split/--max-*/--seed/--threads``) is declared once, in ``st_magnitude/cli/_args.py``: these tests
+keep it so.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ CLI_DIR = REPO / "st_magnitude" / "cli"
 OTHER_MEANING = {
     ("mteb.py", "--device"): "mteb's own flag: a CUDA device index, passed on to mteb",
     ("scaling.py", "--seed"): "the seed of the residual bootstrap (default 0), not of a BEIR subsample",
-    ("replicate.py", "--data"): "one data root holding beir/ and sts/, not a list of BEIR folders",
 }
+
+
+#: compare's options that override its profile (ints, 0 = no subsampling), not the shared options of that name.
+PROFILE = ("--batch-size", "--max-seq-length", "--max-corpus", "--max-queries", "--seed")
 
 
 def _subcommands(parser) -> dict:
@@ -71,7 +75,7 @@ def test_shared_options_mean_the_same_in_every_command():
         parsers = [sub] + [p for a in sub._actions if a.dest.endswith("_command") for p in a.choices.values()]
         for action in (a for p in parsers for a in p._actions):
             flag = next((o for o in action.option_strings if o in OPTIONS), None)
-            if flag is None or (f"{name}.py", flag) in OTHER_MEANING or (name == "compare" and flag != "--device"):
+            if flag is None or (f"{name}.py", flag) in OTHER_MEANING or (name == "compare" and flag in PROFILE):
                 continue  # compare's --max-corpus, --seed, ... are int overrides of its profile (0 = no subsampling)
             declared = argparse.ArgumentParser().add_argument(flag, **OPTIONS[flag])
             assert kind(action) == kind(declared), (name, flag)

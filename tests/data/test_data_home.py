@@ -56,7 +56,7 @@ def test_the_flag_wins_then_the_variable_then_the_user_cache(data, tmp_path, mon
     monkeypatch.setenv(DATA_ENV, str(other))
     assert resolve_data_dir() == other
     assert resolve_data_dir(str(data)) == data
-    with pytest.raises(FileNotFoundError, match=r"'.*nope' \(the data flag\) does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"'.*nope' \(--data-root\) does not exist"):
         resolve_data_dir(str(tmp_path / "nope"))
     monkeypatch.setenv(DATA_ENV, str(tmp_path / "gone"))
     with pytest.raises(FileNotFoundError, match=r"\$ST_MAGNITUDE_DATA\) does not exist"):

@@ -46,7 +46,7 @@ def test_compare_train_data_with_an_unknown_document_is_an_error(toy, tiny_model
     n = len(_qrels(toy, "train").read_text().splitlines())
     tiny_model.save(str(tmp_path / "m"))
     argv = ["compare", "--model", str(tmp_path / "m"), "--variants", "cosine", "--train-data", str(toy)]
-    argv += ["--eval-data", str(toy), "--output-dir", str(tmp_path / "out"), "--steps", "1", "--no-kappa"]
+    argv += ["--eval-data", str(toy), "--output", str(tmp_path / "out"), "--steps", "1", "--no-kappa"]
     assert main([*argv, "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert f"train.tsv:{n}: corpus-id 'ghost' is not in" in err and "Traceback" not in err, err

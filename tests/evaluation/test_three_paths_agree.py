@@ -101,7 +101,7 @@ def test_mteb_cli_writes_mteb_results(tiny_model, toy, tmp_path, monkeypatch):
     path = tmp_path / "model"
     tiny_model.save(str(path))
     monkeypatch.chdir(tmp_path)
-    rc = main(["mteb", "run", "-m", str(path), "-t", str(toy), "--output-folder", "res", "--max-queries", "4"])
+    rc = main(["mteb", "run", "-m", str(path), "-t", str(toy), "--output", "res", "--max-queries", "4"])
     assert rc == 0
     files = list((tmp_path / "res" / "results").rglob("LocalToyRetrieval_*.json"))
     assert len(files) == 1
@@ -118,7 +118,7 @@ def test_mteb_cli_offline_builtin_task(tiny_model, tmp_path, monkeypatch, capsys
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     path = tmp_path / "model"
     tiny_model.save(str(path))
-    rc = main(["mteb", "run", "-m", str(path), "-t", "SciFact", "--output-folder", str(tmp_path / "r")])
+    rc = main(["mteb", "run", "-m", str(path), "-t", "SciFact", "--output", str(tmp_path / "r")])
     assert rc == 2 and "Hugging Face Hub" in capsys.readouterr().err
 
 
@@ -145,6 +145,6 @@ def test_mteb_cli_unknown_task_name(tiny_model, tmp_path, capsys):
 
     path = tmp_path / "model"
     tiny_model.save(str(path))
-    rc = main(["mteb", "run", "-m", str(path), "-t", "SciFactt", "--output-folder", str(tmp_path / "r")])
+    rc = main(["mteb", "run", "-m", str(path), "-t", "SciFactt", "--output", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert rc == 2 and "neither an mteb task name nor a local BEIR folder" in err

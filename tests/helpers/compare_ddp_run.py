@@ -19,7 +19,7 @@ import sys
 from st_magnitude.cli import main
 
 TRACE, ARGV = sys.argv[1], sys.argv[2:]
-OUT = os.path.realpath(ARGV[ARGV.index("--output-dir") + 1])
+OUT = os.path.realpath(ARGV[ARGV.index("--output") + 1])
 RANK = int(os.environ.get("RANK", "0"))
 events: list[list[str]] = []
 

@@ -130,7 +130,7 @@ def _check_fingerprint(out: Path, config: CompareConfig) -> None:
     changed = [f"{k} {previous.get(k)!r} there, {v!r} now" for k, v in current.items() if previous.get(k) != v]
     if changed:
         raise ValueError(
-            f"{out} holds runs trained with other settings ({'; '.join(changed)}); use a new --output-dir, or the "
+            f"{out} holds runs trained with other settings ({'; '.join(changed)}); use a new --output folder, or the "
             "same settings to resume"
         )
 

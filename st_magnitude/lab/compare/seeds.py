@@ -101,7 +101,7 @@ def aggregate_seeds(folders: list[Path], out: Path) -> dict[str, Any]:
                 if qa is None or qb is None:
                     raise ValueError(
                         f"{run_id} or {reference} on {ds} has no per-query scores (made by an older version): "
-                        "use a new --output-dir"
+                        "use a new --output folder"
                     )
                 ids = ids or sorted(qa)
                 if sorted(qa) != ids or sorted(qb) != ids:

@@ -73,7 +73,7 @@ class OutputLock:
         name: str = LOCK_NAME,
         *,
         what: str | None = None,
-        advice: str = "choose another --output-dir",
+        advice: str = "choose another --output folder",
     ):
         self.folder = Path(folder)
         self.path = self.folder / name

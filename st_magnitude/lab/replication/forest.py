@@ -1,5 +1,6 @@
 """The forest plot at the top of ``docs/replication.md``: every judged comparison of every result — the estimate, its
-95% interval, the verdict rule's threshold and the verdict (colour). Built by ``st-magnitude replicate --report``."""
+95% interval, the verdict rule's threshold and the verdict (colour). Built by
+``st-magnitude replicate --report PAGE``."""
 
 from __future__ import annotations
 

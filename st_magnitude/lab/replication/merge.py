@@ -52,7 +52,7 @@ def merge_runs(
     unless ``force``). Returns the merged record."""
     if len(full_results) < 2:
         raise ValueError(f"--merge needs at least two full-result files, got {len(full_results)}")
-    check_output_dir(out, "--out")  # a read-only folder is found before anything is read
+    check_output_dir(out, "--output")  # a read-only folder is found before anything is read
     if results is not None:
         check_output_dir(results, "--results")
     parts = [(Path(p), read_run(p, seeds_required=True)) for p in full_results]  # names, types, known keys only

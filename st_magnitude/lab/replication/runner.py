@@ -6,12 +6,12 @@ Two files per run:
   AUC pools) so every interval can be recomputed; the partial file is rewritten after every seed, and a killed run is
   continued from it by the next run of the same configuration (:mod:`st_magnitude.lab.replication.resume`).
 - ``RESULTS/<claim>-<profile>.json``, only when ``results`` is given — the same without the per-item arrays (small;
-  ``docs/replication.md`` is generated from these by ``st-magnitude replicate --report``). A summary that holds
-  more seeds than the new run is not replaced unless ``force``.
+  ``docs/replication.md`` is generated from these by ``st-magnitude replicate --report docs/replication.md``). A
+  summary that holds more seeds than the new run is not replaced unless ``force``.
 
 A run holds ``OUT/.<claim>-<profile>[-<tag>]-seed<k>.lock`` for each of its seeds (:func:`seed_locks`): the same
 command started twice refuses, while parts with other seeds run beside it; each new run writes a file of its own,
-also when parts start in the same second. ``--out`` and ``--results`` are checked writable before any work.
+also when parts start in the same second. ``--output`` and ``--results`` are checked writable before any work.
 
 Every run records what it cost, measured, not estimated: CPU-seconds of this process and of its finished children
 (``resource.getrusage``), wall time, and the load average at start and end (``os.getloadavg``), per seed and in
@@ -82,7 +82,8 @@ def check_replace(path: Path, seeds: int, force: bool) -> None:
     if have is not None and have > seeds and not force:
         raise ValueError(
             f"{path} holds a finished {have}-seed result; this run has {seeds} seed(s) and would replace it with "
-            "weaker evidence. Pass --force to replace it, or leave out --results (the run then writes only to --out)"
+            "weaker evidence. Pass --force to replace it, or leave out --results (the run then writes only to "
+            "--output)"
         )
 
 
@@ -95,26 +96,32 @@ def slim(obj: Any) -> Any:
     return obj
 
 
+#: The options of a recorded command that name this machine's folders (they do not change the result).
+_MACHINE_FOLDER_OPTIONS = ("-o", "--output", "--data-root")
+
+
 def public_command(command: str) -> str:
-    """The recorded command without ``--out DIR`` (a machine's scratch folder; it does not change the result)."""
+    """The recorded command without ``-o/--output DIR`` (a machine's scratch folder) and ``--data-root DIR`` (its data
+    folder): neither changes the result."""
     try:
         words = shlex.split(command)
     except ValueError:
         return command
+    joined = tuple(f"{o}=" for o in _MACHINE_FOLDER_OPTIONS if o.startswith("--")) + ("-o",)  # --output=DIR, -oDIR
     kept, skip = [], False
     for w in words:
         if skip:
             skip = False
-        elif w == "--out":
+        elif w in _MACHINE_FOLDER_OPTIONS:
             skip = True
-        elif not w.startswith("--out="):
+        elif not w.startswith(joined):
             kept.append(w)
     return shlex.join(kept)
 
 
 def summary(record: dict[str, Any]) -> dict[str, Any]:
     """The committed summary of a run: :func:`slim`, with nothing that names this machine's folders (the command
-    without ``--out``; the full result by file name only)."""
+    without its folders; the full result by file name only)."""
     out = slim(record)
     out.pop("summary_result", None)
     out["command"] = public_command(out.get("command", ""))
@@ -157,7 +164,7 @@ def run_claim(
     if seeds < 1:
         raise ValueError(f"seeds must be at least 1, got {seeds}")
     name = run_name(claim_id, profile, tag)
-    check_output_dir(out, "--out")  # a read-only folder is found now, not after training
+    check_output_dir(out, "--output")  # a read-only folder is found now, not after training
     if results is not None:
         check_output_dir(results, "--results")
         check_replace(Path(results) / f"{name}.json", seeds, force)
@@ -210,7 +217,7 @@ def seed_locks(out: Path, name: str, seeds: list[int]) -> Iterator[None]:
         for seed in seeds:
             lock = OutputLock(
                 out, f".{name}-seed{seed}.lock", what=f"seed {seed} of run {name} in {out}",
-                advice="run other seeds (--first-seed, --seeds) or use another --out",
+                advice="run other seeds (--first-seed, --seeds) or use another --output",
             )  # fmt: skip
             stack.enter_context(lock)
         yield

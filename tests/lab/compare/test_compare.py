@@ -89,9 +89,9 @@ def test_compare_bad_inputs_leave_nothing_behind(setup, tmp_path, capsys):
     out = tmp_path / "never"
     common = [
         "compare",
-        "--data-dir",
+        "--data-root",
         str(data),
-        "--output-dir",
+        "--output",
         str(out),
         "--train-data",
         "toy",
@@ -110,9 +110,9 @@ def test_compare_bad_inputs_leave_nothing_behind(setup, tmp_path, capsys):
     blocker.write_text("x")
     args = [
         "compare",
-        "--data-dir",
+        "--data-root",
         str(data),
-        "--output-dir",
+        "--output",
         str(blocker / "sub"),
         "--train-data",
         "toy",
@@ -171,6 +171,6 @@ def test_compare_over_seeds_reports_intervals_and_noise(setup, tmp_path):
 
 def test_compare_seeds_argument_is_validated(setup, tmp_path, capsys):
     model_dir, data = setup
-    args = ["compare", "--model", str(model_dir), "--data-dir", str(data), "--seeds", "0"]
-    rc = main([*args, "--output-dir", str(tmp_path / "x")])
+    args = ["compare", "--model", str(model_dir), "--data-root", str(data), "--seeds", "0"]
+    rc = main([*args, "--output", str(tmp_path / "x")])
     assert rc == 2 and "--seeds" in capsys.readouterr().err and not (tmp_path / "x").exists()

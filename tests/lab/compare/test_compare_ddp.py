@@ -72,7 +72,7 @@ def _cli_args(model: Path, data: Path, out: Path) -> list[str]:
     s = SETTINGS
     return [
         "compare",
-        *("--model", str(model), "--data-dir", str(data), "--output-dir", str(out)),
+        *("--model", str(model), "--data-root", str(data), "--output", str(out)),
         *("--variants", ",".join(s["variants"]), "--loss", ",".join(s["losses"])),
         *("--train-data", s["train_data"], "--eval-data", ",".join(s["eval_data"])),
         *("--steps", str(s["steps"]), "--batch-size", str(s["batch_size"])),

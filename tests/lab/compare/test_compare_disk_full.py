@@ -39,7 +39,7 @@ def _argv(setup, out: Path) -> list[str]:
     model, data = setup
     return [
         "compare", "--model", str(model), "--variants", "cosine", "--train-data", "toy", "--eval-data", "toy",
-        "--data-dir", str(data), "--output-dir", str(out), "--steps", str(STEPS), "--save-steps", str(SAVE),
+        "--data-root", str(data), "--output", str(out), "--steps", str(STEPS), "--save-steps", str(SAVE),
         "--batch-size", "4", "--max-seq-length", "32", "--no-kappa", "--device", "cpu",
     ]  # fmt: skip
 

@@ -18,7 +18,7 @@ import torch
 from helpers.toy_beir import write_toy_beir
 from safetensors.torch import load_file
 
-from st_magnitude.cli.compare import INTERRUPTED
+from st_magnitude.cli.compare import INTERRUPT_HINT
 from st_magnitude.lab.compare import compare as C
 from st_magnitude.lab.compare import training as T
 from st_magnitude.lab.compare.config import CompareConfig
@@ -276,9 +276,9 @@ def test_ctrl_c_prints_one_line_and_a_rerun_resumes(setup, reference, tmp_path):
         "toy",
         "--eval-data",
         "toy",
-        "--data-dir",
+        "--data-root",
         str(data),
-        "--output-dir",
+        "--output",
         str(out),
         "--steps",
         str(STEPS),
@@ -316,7 +316,7 @@ sys.exit(main({argv!r}))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == INTERRUPTED
+    assert proc.stderr.strip().splitlines()[-1] == f"st-magnitude compare: interrupted; {INTERRUPT_HINT}"
 
     C.run_compare(cfg(setup, out), log=quiet)
     train = json.loads((out / "runs" / "learnable-infonce" / "train.json").read_text())
@@ -330,7 +330,7 @@ def test_full_profile_trains_with_paper_000_app_b_settings(tmp_path, monkeypatch
     from st_magnitude.cli import compare as compare_cli
 
     captured = {}
-    args = build_parser().parse_args(["compare", "--full", "--output-dir", str(tmp_path / "o")])
+    args = build_parser().parse_args(["compare", "--full", "--output", str(tmp_path / "o")])
     monkeypatch.setattr(C, "run_compare", lambda config, log=print: captured.setdefault("config", config))
     assert compare_cli.run(args) == 0
     config = captured["config"]

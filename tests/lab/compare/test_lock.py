@@ -71,7 +71,7 @@ def test_compare_refuses_a_busy_folder_and_takes_over_after_its_holder_was_kille
     argv = [
         "compare",
         *("--model", str(model_dir), "--variants", "dot", "--train-data", "toy", "--eval-data", "toy"),
-        *("--data-dir", str(data), "--output-dir", str(out), "--steps", "2", "--batch-size", "4"),
+        *("--data-root", str(data), "--output", str(out), "--steps", "2", "--batch-size", "4"),
         *("--max-seq-length", "32", "--no-kappa"),
     ]
     cli = [sys.executable, "-m", "st_magnitude.cli", *argv]

@@ -131,7 +131,7 @@ def test_cli_list_and_report(tmp_path, capsys):
     out = capsys.readouterr().out
     assert all(c in out for c in CLAIM_MODULES)
     target = tmp_path / "replication.md"
-    assert main(["replicate", "--report", "--results", str(tmp_path / "none"), "--report-path", str(target)]) == 0
+    assert main(["replicate", "--report", str(target), "--results", str(tmp_path / "none")]) == 0
     text = target.read_text()
     assert text.count("| not run (") == 2 * len(CLAIM_MODULES)
     assert main(["replicate"]) == 2  # no claim named: a clear error, not a traceback
@@ -146,10 +146,11 @@ def test_committed_page_is_generated_from_the_committed_results():
     if not page.is_file() and not any(results.glob("*.json")):
         pytest.skip("no committed results and no docs/replication.md yet")
     assert page.is_file(), (
-        "results are committed but docs/replication.md is missing: run `st-magnitude replicate --report`"
+        "results are committed but docs/replication.md is missing: "
+        "run `st-magnitude replicate --report docs/replication.md`"
     )
     assert page.read_text(encoding="utf-8") == render_report(results), (
-        "docs/replication.md differs from the result JSONs: run `st-magnitude replicate --report`"
+        "docs/replication.md differs from the result JSONs: run `st-magnitude replicate --report docs/replication.md`"
     )
     # a rule changed after a run was seen is never presented as fixed before running
     sections = {s.split(":", 1)[0]: s for s in page.read_text(encoding="utf-8").split("\n## ")[1:]}
@@ -179,20 +180,24 @@ def test_tagged_control_run_is_an_extra_row(toy_data, models, tmp_path):
 
 
 def test_committed_summaries_name_no_machine_folder():
-    """The small result files are committed: no --out scratch folder and no absolute path of the machine."""
+    """The small result files are committed: no --output scratch folder, no --data-root and no absolute path of the
+    machine, whichever way the folder options are spelled."""
     from st_magnitude.lab.replication.runner import summary
 
-    rec = {
-        "command": "st-magnitude replicate 001 --profile cpu --seeds 3 --out /scratch/x --set 'a=[1, 2]'",
-        "full_result": "/scratch/x/001-cpu-1.json",
-        "seeds": [],
-    }
-    out = summary(rec)
-    assert out["command"] == "st-magnitude replicate 001 --profile cpu --seeds 3 --set 'a=[1, 2]'"
-    assert out["full_result"] == "001-cpu-1.json"
+    kept = "st-magnitude replicate 001 --profile cpu --seeds 3 --set 'a=[1, 2]' --set o=1"
+    for folders in (
+        "--output /scratch/x --data-root /data",
+        "-o /scratch/x --data-root=/data",
+        "--output=/scratch/x",
+        "-o/scratch/x",
+    ):
+        rec = {"command": f"{kept} {folders}", "full_result": "/scratch/x/001-cpu-1.json", "seeds": []}
+        out = summary(rec)
+        assert out["command"] == kept, folders
+        assert out["full_result"] == "001-cpu-1.json"
     for path in sorted((REPO / "docs" / "replication" / "results").glob("*.json")):
         text = path.read_text()
-        assert "--out" not in text and '"/' not in text, path.name
+        assert "--output" not in text and "--data-root" not in text and '"/' not in text, path.name
 
 
 #: committed results whose profile has changed since they ran, and the settings that changed (the page's section says

@@ -5,7 +5,7 @@ The kill is real: a child process runs the claim and sends itself SIGKILL right 
 result was written (the moment a kill loses the most work). The next run of the same configuration continues that
 file and finishes with the seeds an uninterrupted run produces; a run with other settings starts clean in a new
 file and leaves the partial one and the committed summary as they were. Before, every run started over in a new
-file, and a run refused for its ``--model`` left an empty ``--out`` folder.
+file, and a run refused for its ``--model`` left an empty ``--output`` folder.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def test_a_refused_model_leaves_no_out_folder(setup, tmp_path, capsys):
     (hostile / "config.json").write_text(json.dumps({"auto_map": {"AutoModel": "evil.Model"}, "model_type": "bert"}))
     for name, where in (("missing", str(tmp_path / "no-such-model")), ("hostile", str(hostile))):
         out = tmp_path / f"out-{name}"
-        argv = ["replicate", CLAIM, "--model", where, "--data", str(data), "--out", str(out), "--seeds", "1"]
+        argv = ["replicate", CLAIM, "--model", where, "--data-root", str(data), "--output", str(out), "--seeds", "1"]
         assert main([*argv, "--results", str(tmp_path / "results"), "--device", "cpu"]) == 2
         err = capsys.readouterr().err
         assert "Traceback" not in err and err.count("error:") == 1, err
@@ -172,7 +172,7 @@ def test_merge_sums_the_parts_costs_and_refuses_parts_of_other_runs(setup, tmp_p
     part1.write_text(json.dumps(rec))  # seed 0's record standing in for seed 1: the merge reads, it does not train
     files = [str(part1), part0["full_result"]]
     results, out = tmp_path / "results", tmp_path / "merged"
-    assert main(["replicate", "--merge", *files, "--out", str(out), "--results", str(results)]) == 0
+    assert main(["replicate", "--merge", *files, "--output", str(out), "--results", str(results)]) == 0
     assert "merged 2 parts, 2 seeds [0, 1]" in capsys.readouterr().out
     (full_file,) = out.iterdir()
     merged = json.loads(full_file.read_text())
@@ -192,7 +192,7 @@ def test_merge_sums_the_parts_costs_and_refuses_parts_of_other_runs(setup, tmp_p
         ([CLAIM, *files], "--merge takes no claim"),
     ):
         claim, argv = (argv[:1], argv[1:]) if argv[0] == CLAIM else ([], argv)
-        assert main(["replicate", *claim, "--merge", *argv, "--out", str(tmp_path / "refused")]) == 2
+        assert main(["replicate", *claim, "--merge", *argv, "--output", str(tmp_path / "refused")]) == 2
         err = capsys.readouterr().err
         assert why in err and "Traceback" not in err, err
     assert not (tmp_path / "refused").exists()

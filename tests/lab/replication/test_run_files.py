@@ -1,12 +1,12 @@
 """Hostile and careless inputs to ``st-magnitude replicate``: part files for ``--merge`` and ``--redecide``, ``--set``
 values, ``--tag``, read-only output folders, two runs of the same seeds, a full disk, ``--dry-run --results``.
 
-On a stub claim (no training, seconds). Before: a part whose ``profile`` or ``tag`` held ``../`` made the merge write
-outside ``--out`` / ``--results``; an extra key of a part was copied into the committed summary; malformed parts gave
-tracebacks; ``--set scale=1e-320`` ran to exit 0; a read-only ``--out`` was found after training; two identical runs
-trained the same seeds; a merge on a full disk left an empty ``--out``; ``--dry-run --results`` raised ``KeyError``
-after the run. Now each is one line naming the file or the flag (exit 2), before any work, and nothing is written
-outside the output folders.
+On a stub claim (no training, seconds). Before: a part whose ``profile`` or ``tag`` held ``../`` made the merge
+write outside ``--output`` / ``--results``; an extra key of a part was copied into the committed summary; malformed
+parts gave tracebacks; ``--set scale=1e-320`` ran to exit 0; a read-only ``--output`` was found after training; two
+identical runs trained the same seeds; a merge on a full disk left an empty ``--output``; ``--dry-run --results``
+raised ``KeyError`` after the run. Now each is one line naming the file or the flag (exit 2), before any work, and
+nothing is written outside the output folders.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _files(root: Path) -> set[str]:
 
 def _merge(files, tmp_path, capsys, *extra) -> tuple[int, str]:
     out, results = tmp_path / "box" / "out", tmp_path / "box" / "results"
-    code = main(["replicate", "--merge", *map(str, files), "--out", str(out), "--results", str(results), *extra])
+    code = main(["replicate", "--merge", *map(str, files), "--output", str(out), "--results", str(results), *extra])
     return code, capsys.readouterr().err
 
 
@@ -99,7 +99,7 @@ def _one_line_error(code: int, err: str, *names: str) -> None:
         assert name in err, err
 
 
-# -- names read from a part become file names: never outside --out / --results ------------------------------------
+# -- names read from a part become file names: never outside --output / --results ------------------------------------
 @pytest.mark.parametrize(
     ("key", "value"),
     [("profile", "cpu/../../../escaped"), ("tag", "../../../escaped"), ("claim", "../001"), ("tag", "a\x00b")],
@@ -135,7 +135,9 @@ def test_extra_keys_of_a_part_stay_out_of_the_merged_result_and_the_summary(part
 
 def test_the_tag_rule_is_one_for_the_flag_the_runner_and_the_part(stub, tmp_path, capsys):
     for bad in ("../x", ".hidden", "a/b", "x" * 101):
-        code = main(["replicate", "001", "--tag", bad, "--data", str(tmp_path), "--out", "o", "--device", "cpu"])
+        code = main(
+            ["replicate", "001", "--tag", bad, "--data-root", str(tmp_path), "--output", "o", "--device", "cpu"]
+        )
         err = capsys.readouterr().err
         assert code == 2 and "--tag must be a name of letters, digits" in err, err
         with pytest.raises(ValueError, match="tag must be a name of letters, digits"):
@@ -193,7 +195,7 @@ def test_a_corrupt_summary_in_results_is_named_and_force_replaces_it(stub, tmp_p
     results = tmp_path / "results"
     results.mkdir()
     (results / "001-cpu.json").write_text("{")
-    argv = ["replicate", "001", "--seeds", "1", "--data", str(tmp_path), "--out", "o", "--device", "cpu"]
+    argv = ["replicate", "001", "--seeds", "1", "--data-root", str(tmp_path), "--output", "o", "--device", "cpu"]
     _one_line_error(main([*argv, "--results", str(results)]), capsys.readouterr().err, "001-cpu.json")
     assert SEEDS_RUN == []  # before training
     assert main([*argv, "--results", str(results), "--force"]) == 0
@@ -230,7 +232,7 @@ def test_an_unreadable_partial_file_is_kept_and_the_run_starts_clean(stub, tmp_p
     ],
 )
 def test_a_set_value_outside_the_settings_range_is_refused_before_the_run(stub, tmp_path, capsys, item, expected):
-    argv = ["replicate", "001", "--set", item, "--data", str(tmp_path), "--out", "o", "--device", "cpu"]
+    argv = ["replicate", "001", "--set", item, "--data-root", str(tmp_path), "--output", "o", "--device", "cpu"]
     _one_line_error(main(argv), capsys.readouterr().err, expected)
     assert SEEDS_RUN == [] and not (tmp_path / "o").exists()
 
@@ -249,32 +251,35 @@ def test_set_values_in_range_are_kept_with_the_settings_types(stub, tmp_path):
 def read_only(monkeypatch, tmp_path):
     """``tmp_path/ro`` behaves as a read-only mount for the writability probe (root writes anywhere, so a chmod
     would not show it): creating a file there fails with EROFS."""
-    import st_magnitude.cli._args as cli_args
+    import st_magnitude._trust.outputs as outputs  # the writability probe of check_output_dir
 
     ro = tmp_path / "ro"
     ro.mkdir()
-    real = cli_args.tempfile.TemporaryFile
+    real = outputs.tempfile.TemporaryFile
 
     def probe(*args, dir=None, **kwargs):
         if dir is not None and Path(dir).resolve() == ro.resolve():
             raise OSError(errno.EROFS, "Read-only file system", str(dir))
         return real(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr(cli_args.tempfile, "TemporaryFile", probe)
+    monkeypatch.setattr(outputs.tempfile, "TemporaryFile", probe)
     return ro
 
 
-@pytest.mark.parametrize("flag", ["--out", "--results"])
+@pytest.mark.parametrize("flag", ["--output", "--results"])
 def test_a_read_only_output_folder_is_found_before_training(stub, tmp_path, capsys, read_only, flag):
-    argv = ["replicate", "001", "--seeds", "1", "--data", str(tmp_path), "--device", "cpu"]
-    where = {"--out": ["--out", str(read_only / "out")], "--results": ["--out", "o", "--results", str(read_only)]}
+    argv = ["replicate", "001", "--seeds", "1", "--data-root", str(tmp_path), "--device", "cpu"]
+    where = {
+        "--output": ["--output", str(read_only / "out")],
+        "--results": ["--output", "o", "--results", str(read_only)],
+    }
     _one_line_error(main([*argv, *where[flag]]), capsys.readouterr().err, flag, "is not writable")
     assert SEEDS_RUN == []
 
 
 def test_a_read_only_merge_output_is_found_before_reading_the_parts(parts, tmp_path, capsys, read_only):
-    code = main(["replicate", "--merge", *map(str, parts), "--out", str(read_only / "merged")])
-    _one_line_error(code, capsys.readouterr().err, "--out", "is not writable")
+    code = main(["replicate", "--merge", *map(str, parts), "--output", str(read_only / "merged")])
+    _one_line_error(code, capsys.readouterr().err, "--output", "is not writable")
 
 
 def test_a_merge_on_a_full_disk_leaves_no_empty_folder(parts, tmp_path, capsys, monkeypatch):
@@ -290,7 +295,7 @@ def test_a_merge_on_a_full_disk_leaves_no_empty_folder(parts, tmp_path, capsys, 
 
 
 def test_a_dry_run_with_results_is_refused_before_running(stub, tmp_path, capsys):
-    argv = ["replicate", "001", "--dry-run", "--data", str(tmp_path), "--out", "o", "--device", "cpu"]
+    argv = ["replicate", "001", "--dry-run", "--data-root", str(tmp_path), "--output", "o", "--device", "cpu"]
     _one_line_error(main([*argv, "--results", "res"]), capsys.readouterr().err, "a dry run writes no summary")
     assert SEEDS_RUN == [] and not (tmp_path / "o").exists() and not (tmp_path / "res").exists()
     assert main(argv) == 0 and SEEDS_RUN == [0, 1, 2, 3, 4]
@@ -300,7 +305,18 @@ def test_a_dry_run_with_results_is_refused_before_running(stub, tmp_path, capsys
 def test_a_second_run_of_the_same_seeds_is_refused_while_other_seeds_run_beside(stub, tmp_path, capsys):
     out = tmp_path / "out"
     with runner.seed_locks(out, "001-cpu", [1]):  # a live run of seed 1 (this process holds its lock)
-        argv = ["replicate", "001", "--seeds", "2", "--data", str(tmp_path), "--out", str(out), "--device", "cpu"]
+        argv = [
+            "replicate",
+            "001",
+            "--seeds",
+            "2",
+            "--data-root",
+            str(tmp_path),
+            "--output",
+            str(out),
+            "--device",
+            "cpu",
+        ]
         code = main(argv)
         _one_line_error(code, capsys.readouterr().err, "seed 1 of run 001-cpu", "is in use by pid")
         assert SEEDS_RUN == []

@@ -1,4 +1,4 @@
-"""Property: random mutations of a valid part file never write outside ``--out`` / ``--results`` and end either in a
+"""Property: random mutations of a valid part file never write outside ``--output`` / ``--results`` and end either in a
 merged result or in one :class:`InputFileError` naming a file — never another exception.
 
 A mutation drops a key, adds one, replaces a value by another JSON type, or gives ``claim`` / ``profile`` / ``tag`` a

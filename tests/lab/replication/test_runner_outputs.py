@@ -62,7 +62,7 @@ def test_a_run_records_measured_cost_and_writes_no_summary_unless_asked(stub, tm
     assert all(s["resources"]["cpu_seconds"] > 0 for s in rec["seeds"])
     assert "budget" not in rec  # estimates are not recorded
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json"))
-    assert written == [Path(rec["full_result"]).relative_to(tmp_path).as_posix()]  # only the full JSON, in --out
+    assert written == [Path(rec["full_result"]).relative_to(tmp_path).as_posix()]  # only the full JSON, in --output
     assert json.loads(Path(rec["full_result"]).read_text())["resources"]["cpu_seconds"] == r["cpu_seconds"]
 
 
@@ -82,12 +82,15 @@ def test_cli_prints_where_it_writes_and_list_shows_recorded_cost(stub, tmp_path,
 
     monkeypatch.setattr("st_magnitude.lab.replication.claims.get_claim", lambda claim_id: STUB)
     (tmp_path / "mkdocs.yml").write_text("site_name: x\n")  # a repository root: still no summary unless asked
-    assert main(["replicate", "001", "--seeds", "1", "--data", str(tmp_path), "--out", "o", "--device", "cpu"]) == 0
+    assert (
+        main(["replicate", "001", "--seeds", "1", "--data-root", str(tmp_path), "--output", "o", "--device", "cpu"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("replicate 001 (cpu, 1 seed): writing the full result to ")
     assert "no summary" in out
     assert "wrote " in out and not (tmp_path / "docs").exists()
-    argv = ["replicate", "001", "--seeds", "2", "--data", str(tmp_path), "--out", "o", "--device", "cpu"]
+    argv = ["replicate", "001", "--seeds", "2", "--data-root", str(tmp_path), "--output", "o", "--device", "cpu"]
     assert main([*argv, "--results", "res"]) == 0
     out = capsys.readouterr().out
     assert f"summary to {(tmp_path / 'res').resolve()}" in out and f"wrote {Path('res') / '001-cpu.json'}" in out
