@@ -41,13 +41,11 @@ PUBLIC = {
         "ann_search", "beir_evaluate", "contrastive_entropy", "encode_roles", "encode_to_store", "evaluate_model",
         "exact_search", "topk_search",
     ],
-    "st_magnitude.lab.compare": ["CompareConfig", "run_compare"],
     "st_magnitude.losses": list(loss_class_names()),  # one registry line per loss (st_magnitude/losses/_registry.py)
     "st_magnitude.model": ["load_model", "raw_model"],
     "st_magnitude.modules": [
         "DimensionProjection", "MIPSAugment", "NAPHead", "RoleNormalize", "add_dimension_projection",
     ],
-    "st_magnitude.lab.replication.claims": ["CLAIM_MODULES", "get_claim", "list_claims"],
     "st_magnitude.scaling": [
         "PAPER_DIMENSION_LAWS", "dimension_law", "fit_dimension_law", "fit_joint_law", "optimal_allocation",
     ],
@@ -56,11 +54,12 @@ PUBLIC = {
 
 def exported() -> dict[str, list[str]]:
     """``{package: sorted __all__}`` for every public package of st_magnitude that exports something (a package
-    whose name starts with ``_``, such as the trust boundary ``_trust``, is internal)."""
+    whose name starts with ``_``, such as the trust boundary ``_trust``, is internal, and so is the lab)."""
     out = {}
     for init in sorted(ROOT.rglob("__init__.py")):
-        if any(part.startswith("_") for part in init.parent.relative_to(ROOT).parts):
-            continue
+        parts = init.parent.relative_to(ROOT).parts
+        if any(part.startswith("_") for part in parts) or parts[:1] == ("lab",):
+            continue  # internal, or the lab (compare, replicate: used through the CLI, not the library's API)
         package = ".".join(("st_magnitude", *init.parent.relative_to(ROOT).parts))
         names = importlib.import_module(package).__dict__.get("__all__", [])
         if names:
