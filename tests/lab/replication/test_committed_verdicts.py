@@ -1,0 +1,49 @@
+"""Every committed replication verdict re-derives unchanged: ``st-magnitude replicate --redecide`` of each committed
+summary, made now by the current code, gives the verdict and the statements' verdicts the page shows.
+
+A summary holds no per-item values, so re-deciding it judges its stored comparisons again by the claim's current rule
+(:func:`st_magnitude.lab.replication.runner.judge_again`); a change to a rule, a gate or the multiplicity correction
+that would flip a committed verdict fails here before the page goes stale.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from st_magnitude.cli import main
+
+COMMITTED = Path(__file__).resolve().parents[3] / "docs" / "replication" / "results"
+SUMMARIES = sorted(p for p in COMMITTED.glob("*.json") if p.name not in ("not_run.json", "interval_coverage.json"))
+
+
+def _verdicts(record: dict) -> tuple[str, list[tuple[str, str]]]:
+    statements = record["decision"].get("statements", [])
+    return record["verdict"], [(s["name"], s["verdict"]) for s in statements]
+
+
+@pytest.mark.parametrize("path", SUMMARIES, ids=lambda p: p.name)
+def test_redecide_gives_the_committed_verdict(path, tmp_path, capsys):
+    copy = tmp_path / path.name
+    shutil.copy(path, copy)
+    assert main(["replicate", "--redecide", str(copy)]) == 0
+    before, after = json.loads(path.read_text()), json.loads(copy.read_text())
+    assert _verdicts(after) == _verdicts(before)
+    assert after["redecided_utc"]  # it was decided again, not copied
+
+
+def test_the_check_sees_a_flipped_verdict(tmp_path):
+    """The comparison above can fail: a summary whose stored verdict disagrees with its comparisons is re-decided
+    to what the comparisons say, not kept."""
+    path = next((p for p in SUMMARIES if json.loads(p.read_text())["verdict"] == "reproduces"), None)
+    if path is None:
+        pytest.skip("no committed 'reproduces' verdict")
+    record = json.loads(path.read_text())
+    record["verdict"] = record["decision"]["verdict"] = "contradicts"
+    copy = tmp_path / path.name
+    copy.write_text(json.dumps(record))
+    assert main(["replicate", "--redecide", str(copy)]) == 0
+    assert json.loads(copy.read_text())["verdict"] == "reproduces"
