@@ -1,5 +1,5 @@
 """Top-k through each serving stack's own path, against the package's exact search: the check behind
-docs/deployment.md's table (tests/test_serving.py, benchmarks/bench_deploy.py).
+docs/deployment.md's table (tests/real/test_serving_minilm.py, benchmarks/bench_deploy.py).
 
 :func:`reference_ranking` is what ``st-magnitude evaluate`` ranks by: ``encode_query`` / ``encode_document`` and the
 exact top-k of ``model.similarity`` (:func:`st_magnitude.evaluation.exact_search`). :func:`stack_ranking` indexes the
