@@ -1,5 +1,6 @@
 """Every paper key the code and docs cite ("paper 003 §3.6.1") is defined once, in docs/references.md, and each
-loss's ``citation`` names the paper of its row."""
+loss's ``citation`` names the paper of its row; every repository file the package's docstrings and comments name
+exists."""
 
 from __future__ import annotations
 
@@ -96,3 +97,28 @@ def test_loss_citation_names_the_paper_of_its_references_row(loss):
     first_key = KEY.search(module_doc)
     assert first_key is not None, f"{inspect.getmodule(loss).__name__} docstring cites no paper key"
     assert first_key.group(1) == ours[0], (loss.__name__, first_key.group(1), ours[0])
+
+
+#: a repository path a docstring or comment names: a top-level folder of the repository, then at least one more part
+REPO_PATH = re.compile(r"(?<![\w./-])((?:docs|tests|benchmarks|examples|st_magnitude)/[\w./-]*\w)")
+
+
+def repo_paths_named(text: str) -> list[str]:
+    """The repository paths ``text`` names (``docs/x.md``, ``tests/serving/``, ``st_magnitude/model/load.py``)."""
+    return [m.rstrip(".") for m in REPO_PATH.findall(text) if "*" not in m]
+
+
+def test_repo_paths_named_finds_paths_and_skips_what_is_no_path():
+    text = "see docs/deployment.md, tests/real/x.py and benchmarks/bench_deploy.py; a/docs/x.md, query/document"
+    assert repo_paths_named(text) == ["docs/deployment.md", "tests/real/x.py", "benchmarks/bench_deploy.py"]
+
+
+def test_every_repo_file_the_package_names_exists():
+    missing = [
+        f"{path.relative_to(REPO)}:{number}: {named}"
+        for path in sorted((REPO / "st_magnitude").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for named in repo_paths_named(line)
+        if not (REPO / named).exists()
+    ]
+    assert not missing, "the package names repository files that do not exist:\n" + "\n".join(missing)

@@ -117,11 +117,10 @@ def run(args: argparse.Namespace) -> int:
 
         raise ValueError(ROLELESS_STORE_REFUSAL)  # before loading the model
 
+    from st_magnitude.model._layout import read_layout
     from st_magnitude.model._save import save_model
-    from st_magnitude.model.info import model_gammas
     from st_magnitude.model.load import load_model
     from st_magnitude.model.stores import convert_for_store
-    from st_magnitude.modules.mips_augment import MIPSAugment
 
     model = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
     convert_for_store(
@@ -134,9 +133,10 @@ def run(args: argparse.Namespace) -> int:
         default_route=args.default_route,
     )
     save_model(model, args.output)
-    gq, gd = model_gammas(model) or (float("nan"), float("nan"))
+    layout = read_layout(model)
+    gq, gd = layout.gammas or (float("nan"), float("nan"))
     extra = [f"store={args.store}"]
-    aug = [m for m in model if isinstance(m, MIPSAugment)]
+    aug = layout.find("mips_augment")
     if aug:
         extra.append(
             f"max_norm M={aug[0].max_norm:.6g} (load with st_magnitude.model.load_model, or stock "

@@ -1,7 +1,9 @@
 """A saved model in one room: loading with trust checks (:mod:`.load`, :mod:`.offline`), what it serves
 (:mod:`.info`), the similarity it carries (:mod:`.convert`), store-aware export (:mod:`.stores`), Matryoshka
-truncation (:mod:`.truncation`), its model card (:mod:`.card`), the opt-in symmetry guard (:mod:`.guard`) and the
-file-level surgery they share (:mod:`._surgery`, :mod:`._strip_plan`, :mod:`._swap`, :mod:`._save`).
+truncation (:mod:`.truncation`), its model card (:mod:`.card`) and the opt-in symmetry guard (:mod:`.guard`). They
+share one description of a model's module list (:mod:`._layout`: read once, written once per conversion through
+:func:`st_magnitude.modules._surgery.replace_modules`) and the file-level surgery (:mod:`._strip_plan`, :mod:`._swap`,
+:mod:`._save`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """What ``strip`` changes in a saved model folder, decided and checked before anything is written or deleted.
 
-:func:`plan_strip` reads ``modules.json``, every ``Router`` config and ``config_sentence_transformers.json`` through
-the trust boundary (each error names the file and the key) and decides which trailing ``Normalize`` entries go, which
-route-end ``Normalize`` keys leave each Router, and which folders are deleted with them. A folder is deleted only when
-it lies strictly inside the model folder and no other entry uses it: not the model folder itself (a ``path`` of ``.``
-or ``./`` would delete the whole model), not a folder another ``modules.json`` entry or Router key names (a dropped
-``Normalize`` whose ``path`` is ``1_Pooling`` would delete the kept Pooling), not a folder holding one nor one inside
-one. Anything else is refused with an :class:`~st_magnitude._trust.InputFileError` before a byte is written.
-:func:`apply_strip_plan` then makes the planned edit on a copy (the staging folder).
+:func:`plan_strip` reads the folder layout (``modules.json``, :func:`~st_magnitude.model._layout.read_folder_layout`),
+every ``Router`` config and ``config_sentence_transformers.json`` through the trust boundary (each error names the
+file and the key) and decides which trailing ``Normalize`` entries go, which route-end ``Normalize`` keys leave each
+Router, and which folders are deleted with them. A folder is deleted only when it lies strictly inside the model
+folder and no other entry uses it: not the model folder itself (a ``path`` of ``.`` or ``./`` would delete the whole
+model), not a folder another ``modules.json`` entry or Router key names (a dropped ``Normalize`` whose ``path`` is
+``1_Pooling`` would delete the kept Pooling), not a folder holding one nor one inside one. Anything else is refused
+with an :class:`~st_magnitude._trust.InputFileError` before a byte is written. :func:`apply_strip_plan` then makes
+the planned edit on a copy (the staging folder).
 """
 
 from __future__ import annotations
@@ -18,13 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude._trust import Fields, InputFileError, contained, read_json, router_config, write_json_atomic
+from st_magnitude.model._layout import kind_of_type, read_folder_layout
 
 __all__ = ["StripPlan", "apply_strip_plan", "plan_strip"]
-
-
-def is_normalize_type(type_str: str) -> bool:
-    """True for ST's ``Normalize`` class path (``sentence_transformers.….Normalize``)."""
-    return type_str.rsplit(".", 1)[-1] == "Normalize" and type_str.startswith("sentence_transformers.")
 
 
 @dataclass
@@ -47,18 +44,6 @@ class _Use:
     owner: str | None = None  # a Router's folder owns its keys' folders (they lie inside it by design)
 
 
-def _entries(root: Path) -> tuple[Path, list[Fields]]:
-    file = root / "modules.json"
-    entries = read_json(file)
-    if not isinstance(entries, list):
-        raise InputFileError(file, f"must hold a list of module entries, got {type(entries).__name__}")
-    fields = [Fields(e, file, f"entry {i}", what=f"entry {i}") for i, e in enumerate(entries)]
-    for f in fields:
-        f.get("type", str)
-        f.get("path", str, "")
-    return file, fields
-
-
 def _router(root: Path, folder: Path, at_end: bool) -> tuple[Path, dict[str, Any], list[str], int, int] | None:
     """``(config file, new config, keys to delete, removed, inner)`` of the Router saved in ``folder``."""
     found = router_config(folder)
@@ -77,13 +62,13 @@ def _router(root: Path, folder: Path, at_end: bool) -> tuple[Path, dict[str, Any
         if not (isinstance(keys, list) and all(isinstance(k, str) and k in types for k in keys)):
             raise f.error(f"structure.{route}", f"must list keys of 'types' ({sorted(types)}), got {keys!r}")
         keys = list(keys)
-        while at_end and keys and is_normalize_type(types[keys[-1]]):
+        while at_end and keys and kind_of_type(types[keys[-1]]) == "normalize":
             keys.pop()
             removed += 1
-        inner += sum(1 for k in keys if is_normalize_type(types[k]))
+        inner += sum(1 for k in keys if kind_of_type(types[k]) == "normalize")
         new_structure[route] = keys
     used = {k for keys in new_structure.values() for k in keys}
-    gone = [k for k, t in types.items() if is_normalize_type(t) and k not in used]
+    gone = [k for k, t in types.items() if kind_of_type(t) == "normalize" and k not in used]
     new_cfg = {**cfg, "types": {k: t for k, t in types.items() if k not in gone}, "structure": new_structure}
     return file, new_cfg, gone, removed, inner
 
@@ -125,14 +110,14 @@ def plan_strip(root: Path) -> StripPlan:
     """The strip edit of the saved model folder ``root``, checked (module docstring); reads, never writes."""
     root = Path(root)
     base = root.resolve()
-    modules_file, entries = _entries(root)
-    types = [e.get("type", str) for e in entries]
+    modules_file, layout = read_folder_layout(root)
+    entries, kinds = layout.modules, layout.kinds
     n_kept = len(entries)
-    while n_kept and is_normalize_type(types[n_kept - 1]):
+    while n_kept and kinds[n_kept - 1] == "normalize":
         n_kept -= 1
     plan = StripPlan(modules=[e.obj for e in entries[:n_kept]])
     plan.removed = len(entries) - n_kept
-    plan.inner = sum(1 for t in types[:n_kept] if is_normalize_type(t))
+    plan.inner = sum(1 for k in kinds[:n_kept] if k == "normalize")
 
     uses: list[_Use] = []
     doomed: list[tuple[_Use, Path, str]] = []
@@ -142,7 +127,7 @@ def plan_strip(root: Path) -> StripPlan:
         uses.append(use)
         if i >= n_kept and rel:
             doomed.append((use, modules_file, f"entry {i} key 'path' ({rel!r})"))
-        if i < n_kept and types[i].endswith(".Router"):
+        if i < n_kept and kinds[i] == "router":
             folder = root / rel if rel else root
             router = _router(root, folder, at_end=i == n_kept - 1)
             if router is None:

@@ -6,16 +6,12 @@ import logging
 import warnings
 
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.modules import Router
 from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardData
 
 from st_magnitude._warnings import NormBoundWarning
-from st_magnitude.model.info import carried_similarity, is_asymmetric, model_gammas, training_similarity
-from st_magnitude.modules.mips_augment import MIPSAugment
-from st_magnitude.modules.role_normalize import RoleNormalize
-from st_magnitude.similarity import (
-    name_of_gammas,
-)
+from st_magnitude.model._layout import Layout, read_layout
+from st_magnitude.model.info import training_similarity
+from st_magnitude.similarity import name_of_gammas
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +33,7 @@ class MagnitudeModelCardData(SentenceTransformerModelCardData):
         """ST's example encode at save time, without side effects on a store export: the card's example documents
         are not the corpus, so their norms say nothing about the bound M of a :class:`MIPSAugment` (its
         ``NormBoundWarning`` is silenced and its ``n_over_bound`` count left as it was)."""
-        augments = [m for m in self.model.modules() if isinstance(m, MIPSAugment)] if self.model is not None else []
+        augments = read_layout(self.model).find("mips_augment") if self.model is not None else []
         counts = [m.n_over_bound for m in augments]
         try:
             with warnings.catch_warnings():
@@ -51,7 +47,7 @@ class MagnitudeModelCardData(SentenceTransformerModelCardData):
         snippet = super().generate_usage_snippet()
         if self.model is None:
             return snippet
-        if _needs_package(self.model):
+        if read_layout(self.model).has("role_normalize"):
             model_id = self.model_id or "sentence_transformers_model_id"
             snippet = snippet.replace(
                 f'SentenceTransformer("{model_id}")', f'SentenceTransformer("{model_id}", trust_remote_code=True)'
@@ -59,25 +55,22 @@ class MagnitudeModelCardData(SentenceTransformerModelCardData):
         return _card_note(self.model) + "\n\n" + snippet
 
 
-def _needs_package(model: SentenceTransformer) -> bool:
-    return any(isinstance(m, RoleNormalize) for m in model.modules())
-
-
-def _served_name(model: SentenceTransformer) -> str | None:
-    for m in model.modules():
-        if isinstance(m, RoleNormalize):
-            return "learnable" if m.learnable else name_of_gammas(m.gamma_query, m.gamma_document) or "fractional"
-    gammas = model_gammas(model)
-    return None if gammas is None else name_of_gammas(*gammas)
+def _served_name(layout: Layout) -> str | None:
+    role = layout.find_anywhere("role_normalize")
+    if role:
+        m = role[0]
+        return "learnable" if m.learnable else name_of_gammas(m.gamma_query, m.gamma_document) or "fractional"
+    return None if layout.gammas is None else name_of_gammas(*layout.gammas)
 
 
 def _card_note(model: SentenceTransformer) -> str:
     """Markdown paragraph for the card: how to encode queries / documents and which packages loading needs."""
     lines = ["", "### Similarity and roles (st-magnitude)", ""]
+    layout = read_layout(model)
     trained = training_similarity(model)
-    gammas = model_gammas(model)
-    name = _served_name(model)
-    converted = carried_similarity(model) is not None or (trained is None and name is not None)
+    gammas = layout.gammas
+    name = _served_name(layout)
+    converted = layout.carries or (trained is None and name is not None)
     if converted and model.similarity_fn_name == "dot" and gammas is not None:
         lines.append(
             f"This model was converted with [st-magnitude]({_PACKAGE_URL}) to serve the **{name}** similarity "
@@ -87,8 +80,8 @@ def _card_note(model: SentenceTransformer) -> str:
             "documents with `model.encode_document(...)`, and score them with `model.similarity(...)` (a dot "
             "product). Do not L2-normalise the embeddings yourself."
         )
-        if is_asymmetric(model):
-            router = next((m for m in model if isinstance(m, Router)), None)
+        if layout.asymmetric:
+            router = next(iter(layout.find("router")), None)
             roleless = (
                 "raises (its Router has no default route)"
                 if router is not None and router.default_route is None
@@ -110,7 +103,7 @@ def _card_note(model: SentenceTransformer) -> str:
             f"Trained{recipe} with the {trained['similarity']} similarity at temperature τ = "
             f"{trained['temperature']:g}; for contrastive entropy use scale = 1/τ = {1 / trained['temperature']:g}."
         )
-    if _needs_package(model):
+    if layout.has("role_normalize"):
         lines += [
             "",
             "This model ends in st-magnitude's `RoleNormalize` module: install the package and load with "

@@ -37,19 +37,19 @@ from torch import nn
 
 from st_magnitude._trust.paths import check_model_folder
 from st_magnitude._warnings import MagnitudeCollapseWarning
+from st_magnitude.model._layout import (
+    NORMALISATIONS,
+    ROUTE_DOCUMENT,
+    ROUTE_QUERY,
+    Layout,
+    kind_of,
+    read_layout,
+    write_layout,
+)
 from st_magnitude.model._strip_plan import apply_strip_plan, plan_strip
 from st_magnitude.model._swap import AtomicSwapUnavailable, exchange
 from st_magnitude.model.card import update_model_card
-from st_magnitude.model.info import (
-    _ROUTE_DOCUMENT,
-    _ROUTE_QUERY,
-    TRAINING_SIMILARITY_ATTR,
-    _is_normalize,
-    _route_lists,
-    carried_similarity,
-    model_gammas,
-)
-from st_magnitude.modules._surgery import replace_modules
+from st_magnitude.model.info import TRAINING_SIMILARITY_ATTR
 from st_magnitude.modules.role_normalize import RoleNormalize
 from st_magnitude.similarity import (
     DEFAULT_EPS,
@@ -69,12 +69,8 @@ __all__ = ["apply_similarity", "strip_normalize", "set_training_similarity"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# surgery helpers
+# surgery helpers: each reads a Layout and returns the Layout it wants; the caller writes it once
 # ----------------------------------------------------------------------------------------------------------------
-def _is_normalisation(m: nn.Module) -> bool:
-    return _is_normalize(m) or isinstance(m, RoleNormalize)
-
-
 def _strip_list(modules: Iterable[nn.Module], at_end: bool = True) -> tuple[list[nn.Module], int, int]:
     """Remove the *trailing* normalisation modules (``at_end``: nothing follows the list in the model).
 
@@ -83,51 +79,154 @@ def _strip_list(modules: Iterable[nn.Module], at_end: bool = True) -> tuple[list
     """
     kept = list(modules)
     removed = 0
-    while at_end and kept and _is_normalisation(kept[-1]):
+    while at_end and kept and kind_of(kept[-1]) in NORMALISATIONS:
         kept.pop()
         removed += 1
-    return kept, removed, sum(1 for m in kept if _is_normalize(m))
+    return kept, removed, sum(1 for m in kept if kind_of(m) == "normalize")
 
 
-def _warn_inner(inner: int, what: str) -> None:
+def _warn_inner(inner: int, what: str, stacklevel: int = 3) -> None:
     if inner:
         warnings.warn(
             f"{what} kept {inner} Normalize module(s) that feed later modules (e.g. a Dense): they are part of the "
             "encoder, and removing them would change the embeddings. Only a trailing Normalize (or one at the end of "
             "a Router route) is removed.",
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
 
 
-def _backbone(model: SentenceTransformer) -> tuple[list[nn.Module], Router | None, int, int]:
-    """Modules without their trailing normalisation. Unwraps a query/document Router that shares its backbone.
+def _backbone(layout: Layout) -> tuple[Layout, bool, int, int]:
+    """The layout without its trailing normalisation. Unwraps a query/document Router that shares its backbone.
 
-    Returns ``(modules, two_tower_router, n_removed, n_inner)``: ``two_tower_router`` is set (and stripped in place)
-    when the model's Router has genuinely different routes, which must be kept; ``n_inner`` counts the Normalize
-    modules kept because later modules read their output (:func:`_strip_list`).
+    Returns ``(backbone, two_tower, n_removed, n_inner)``: ``two_tower`` is set when the model's Router has genuinely
+    different routes, which must be kept (the backbone layout then holds the Router with its stripped routes);
+    ``n_inner`` counts the Normalize modules kept because later modules read their output (:func:`_strip_list`).
     """
-    modules = list(model)
-    if modules and isinstance(modules[0], Router):
-        router = modules[0]
+    modules = list(layout.modules)
+    if layout.router is not None:
         rest, removed, inner = _strip_list(modules[1:])
         routes_at_end = not rest  # a route's last module is the model's output only when nothing follows
-        stripped = {name: _strip_list(seq, at_end=routes_at_end) for name, seq in _route_lists(router).items()}
+        stripped = {name: _strip_list(seq, at_end=routes_at_end) for name, seq in layout.routes.items()}
         removed += sum(n for _, n, _ in stripped.values())
         cores = [[id(m) for m in seq] for seq, _, _ in stripped.values()]
         if all(c == cores[0] for c in cores):
             first = next(iter(stripped.values()))
-            return list(first[0]) + rest, None, removed, inner + first[2]
+            return Layout.of(list(first[0]) + rest), False, removed, inner + first[2]
         inner += sum(i for _, _, i in stripped.values())
-        for name, (seq, _, _) in stripped.items():
-            router.sub_modules[name] = nn.Sequential(*seq)
-        return [router] + rest, router, removed, inner
+        routes = {name: seq for name, (seq, _, _) in stripped.items()}
+        return Layout.of([layout.router] + rest, routes), True, removed, inner
     kept, removed, inner = _strip_list(modules)
-    return kept, None, removed, inner
+    return Layout.of(kept), False, removed, inner
 
 
 def _fresh_normalize() -> Normalize:
     return Normalize()
+
+
+def _check_convertible(model: SentenceTransformer) -> None:
+    if not isinstance(model, SentenceTransformer):
+        raise TypeError(f"apply_similarity expects a SentenceTransformer, got {type(model).__name__}")
+    if model.truncate_dim is not None:
+        raise ValueError(
+            f"model.truncate_dim={model.truncate_dim}: sentence-transformers truncates *after* the model's "
+            "normalisation, so a converted model's truncated embeddings would keep their full-dimension norm. Set "
+            "model.truncate_dim = None, convert, then call st_magnitude.truncate_model(model, "
+            f"{model.truncate_dim}) (it truncates before the normalisation)."
+        )
+
+
+def _resolve(similarity: str | Similarity) -> tuple[str, tuple[float, float] | None, tuple[float, float] | None]:
+    """``(name, gammas, init_gamma)`` of what ``apply_similarity`` is asked to carry (``init_gamma``: a learnable
+    similarity instance's own γ, else ``None``); refuses a similarity a model cannot carry."""
+    name = similarity.name if isinstance(similarity, Similarity) else validate_similarity_name(similarity)
+    if not (isinstance(similarity, PowerNormSimilarity) or (isinstance(similarity, str) and is_carriable(name))):
+        carriable = ", ".join(similarity_names(carriable=True))
+        raise ValueError(
+            f"Similarity {name!r} is not a per-role rescaling and cannot be carried by a model; "
+            f"apply_similarity accepts: {carriable} (or a PowerNormSimilarity instance)."
+        )
+    if isinstance(similarity, LearnableSimilarity):
+        gammas = (similarity.gamma_query, similarity.gamma_document)
+        return "learnable", gammas, gammas
+    if isinstance(similarity, PowerNormSimilarity):
+        gammas = (similarity.gamma_query, similarity.gamma_document)
+        return name_of_gammas(*gammas) or "fractional", gammas, None
+    return name, gammas_of(name), None
+
+
+def _converted(
+    layout: Layout,
+    similarity: str | Similarity,
+    *,
+    init_gamma: float | tuple[float, float] | None,
+    eps: float,
+    warn_on_strip: bool,
+    portable: bool,
+) -> tuple[Layout, str]:
+    """``(layout, name)``: the layout that serves ``similarity`` (see :func:`apply_similarity`), built from
+    ``layout`` without touching the model; warnings point two frames up (the public caller's caller)."""
+    name, gammas, own_gamma = _resolve(similarity)
+    init_gamma = own_gamma if own_gamma is not None else init_gamma
+    # a cosine model (plain, ending in Normalize) is about to lose its normalisation; re-converting an
+    # already-converted model is not a strip
+    was_cosine_model = not layout.carries and layout.gammas == (1.0, 1.0)
+    trained = next((m for m in layout.find("role_normalize") if m.learnable), None)
+    backbone, two_tower, removed, inner = _backbone(layout)
+    if warn_on_strip:
+        _warn_inner(inner, f"apply_similarity({name!r})", stacklevel=4)
+    keeps_magnitude = name not in ("cosine",)
+    if removed and keeps_magnitude and warn_on_strip and was_cosine_model:
+        warnings.warn(
+            f"apply_similarity({name!r}) removed {removed} Normalize module(s) so the model keeps embedding "
+            "magnitude. If this model was pretrained with cosine, its norms carry little signal yet and fine-tuning "
+            "with small data can collapse magnitude (paper 000 App. F/N.3: E5 with 82K pairs). Watch a dual "
+            "dot/cosine validation metric.",
+            MagnitudeCollapseWarning,
+            stacklevel=3,
+        )
+
+    if name == "learnable" and init_gamma is None and trained is not None:
+        kept = RoleNormalize(learnable=True, eps=eps)
+        kept.to(trained.gamma_query_logit.device).load_state_dict(
+            trained.state_dict()
+        )  # the trained logits, bit for bit
+        logger.info("apply_similarity: kept the trained γ̂ (%.6g, %.6g)", kept.gamma_query, kept.gamma_document)
+        return backbone.plus(kept), name
+    if name == "learnable":
+        init_gamma = 0.5 if init_gamma is None else init_gamma
+        gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
+        return backbone.plus(RoleNormalize(gq, gd, learnable=True, eps=eps)), name
+    if name == "fractional" or (not portable and name in ("qnorm", "dnorm") and not two_tower):
+        return backbone.plus(RoleNormalize(gammas[0], gammas[1], learnable=False, eps=eps)), name
+    if name == "dot":
+        return backbone, name
+    if name == "cosine":
+        return backbone.plus(_fresh_normalize()), name
+    gq, gd = gammas
+    if two_tower:
+        # genuinely different towers: put the Normalize inside the route that needs it
+        routes = dict(backbone.routes)
+        for route, g in ((ROUTE_QUERY, gq), (ROUTE_DOCUMENT, gd)):
+            if g == 1.0:
+                if route not in routes:
+                    raise ValueError(f"Router has routes {sorted(routes)}; {name!r} needs a {route!r} route.")
+                routes[route] = (*routes[route], _fresh_normalize())
+        return Layout.of(backbone.modules, routes), name
+    q_route = list(backbone.modules) + ([_fresh_normalize()] if gq == 1.0 else [])
+    d_route = list(backbone.modules) + ([_fresh_normalize()] if gd == 1.0 else [])
+    # no default route: stock ST then refuses a role-less encode (paper 000 Prop. 2.1) without any patching
+    router = Router.for_query_document(
+        query_modules=q_route, document_modules=d_route, default_route=None, allow_empty_key=False
+    )
+    return Layout.of([router]), name
+
+
+def _serve(model: SentenceTransformer, layout: Layout, similarity_fn_name: str) -> None:
+    """Write ``layout`` into ``model`` (the one write of a conversion), set its similarity and update its card."""
+    write_layout(model, layout)
+    model.similarity_fn_name = similarity_fn_name
+    update_model_card(model)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -181,93 +280,11 @@ def apply_similarity(
     Returns:
         The same ``model`` object, converted.
     """
-    if not isinstance(model, SentenceTransformer):
-        raise TypeError(f"apply_similarity expects a SentenceTransformer, got {type(model).__name__}")
-    if model.truncate_dim is not None:
-        raise ValueError(
-            f"model.truncate_dim={model.truncate_dim}: sentence-transformers truncates *after* the model's "
-            "normalisation, so a converted model's truncated embeddings would keep their full-dimension norm. Set "
-            "model.truncate_dim = None, convert, then call st_magnitude.truncate_model(model, "
-            f"{model.truncate_dim}) (it truncates before the normalisation)."
-        )
-    name = similarity.name if isinstance(similarity, Similarity) else validate_similarity_name(similarity)
-    if not (isinstance(similarity, PowerNormSimilarity) or (isinstance(similarity, str) and is_carriable(name))):
-        carriable = ", ".join(similarity_names(carriable=True))
-        raise ValueError(
-            f"Similarity {name!r} is not a per-role rescaling and cannot be carried by a model; "
-            f"apply_similarity accepts: {carriable} (or a PowerNormSimilarity instance)."
-        )
-    if isinstance(similarity, LearnableSimilarity):
-        name, gammas = "learnable", (similarity.gamma_query, similarity.gamma_document)
-        init_gamma = gammas
-    elif isinstance(similarity, PowerNormSimilarity):
-        gammas = (similarity.gamma_query, similarity.gamma_document)
-        name = name_of_gammas(*gammas) or "fractional"
-    else:
-        gammas = gammas_of(name)
-
-    # a cosine model (plain, ending in Normalize) is about to lose its normalisation; re-converting an
-    # already-converted model is not a strip
-    was_cosine_model = carried_similarity(model) is None and model_gammas(model) == (1.0, 1.0)
-    trained = next((m for m in model if isinstance(m, RoleNormalize) and m.learnable), None)
-    backbone, two_tower, removed, inner = _backbone(model)
-    if warn_on_strip:
-        _warn_inner(inner, f"apply_similarity({name!r})")
-    keeps_magnitude = name not in ("cosine",)
-    if removed and keeps_magnitude and warn_on_strip and was_cosine_model:
-        warnings.warn(
-            f"apply_similarity({name!r}) removed {removed} Normalize module(s) so the model keeps embedding "
-            "magnitude. If this model was pretrained with cosine, its norms carry little signal yet and fine-tuning "
-            "with small data can collapse magnitude (paper 000 App. F/N.3: E5 with 82K pairs). Watch a dual "
-            "dot/cosine validation metric.",
-            MagnitudeCollapseWarning,
-            stacklevel=2,
-        )
-
-    if name == "learnable" and init_gamma is None and trained is not None:
-        kept = RoleNormalize(learnable=True, eps=eps)
-        kept.to(trained.gamma_query_logit.device).load_state_dict(
-            trained.state_dict()
-        )  # the trained logits, bit for bit
-        new = backbone + [kept]
-        logger.info("apply_similarity: kept the trained γ̂ (%.6g, %.6g)", kept.gamma_query, kept.gamma_document)
-    elif name == "learnable":
-        init_gamma = 0.5 if init_gamma is None else init_gamma
-        gq, gd = (init_gamma, init_gamma) if isinstance(init_gamma, (int, float)) else init_gamma
-        new = backbone + [RoleNormalize(gq, gd, learnable=True, eps=eps)]
-    elif name == "fractional":
-        new = backbone + [RoleNormalize(gammas[0], gammas[1], learnable=False, eps=eps)]
-    elif not portable and name in ("qnorm", "dnorm") and two_tower is None:
-        new = backbone + [RoleNormalize(gammas[0], gammas[1], learnable=False, eps=eps)]
-    elif name == "dot":
-        new = backbone
-    elif name == "cosine":
-        new = backbone + [_fresh_normalize()]
-    elif two_tower is not None:
-        # genuinely different towers: put the Normalize inside the route that needs it
-        gq, gd = gammas
-        for route, g in ((_ROUTE_QUERY, gq), (_ROUTE_DOCUMENT, gd)):
-            if g == 1.0:
-                if route not in two_tower.sub_modules:
-                    raise ValueError(
-                        f"Router has routes {sorted(two_tower.sub_modules)}; {name!r} needs a {route!r} route."
-                    )
-                two_tower.sub_modules[route].append(_fresh_normalize())
-        new = backbone
-    else:
-        gq, gd = gammas
-        q_route = backbone + ([_fresh_normalize()] if gq == 1.0 else [])
-        d_route = backbone + ([_fresh_normalize()] if gd == 1.0 else [])
-        # no default route: stock ST then refuses a role-less encode (paper 000 Prop. 2.1) without any patching
-        new = [
-            Router.for_query_document(
-                query_modules=q_route, document_modules=d_route, default_route=None, allow_empty_key=False
-            )
-        ]
-
-    replace_modules(model, new)
-    model.similarity_fn_name = "dot"
-    update_model_card(model)
+    _check_convertible(model)
+    layout, name = _converted(
+        read_layout(model), similarity, init_gamma=init_gamma, eps=eps, warn_on_strip=warn_on_strip, portable=portable
+    )
+    _serve(model, layout, "dot")
     logger.info("apply_similarity: model now serves %r with modules %s", name, [type(m).__name__ for m in model])
     return model
 
@@ -299,10 +316,8 @@ def strip_normalize(
             f"got {similarity_fn_name!r}"
         )
     if isinstance(model, SentenceTransformer):
-        backbone, _, removed = _backbone_strip_only(model)
-        replace_modules(model, backbone)
-        model.similarity_fn_name = similarity_fn_name
-        update_model_card(model)  # the base README's "normalise + cosine" instructions no longer hold
+        backbone, removed = _backbone_strip_only(read_layout(model))
+        _serve(model, backbone, similarity_fn_name)  # the base README's "normalise + cosine" no longer holds
         _warn_strip(removed, warn)
         return model
     return _strip_normalize_folder(
@@ -310,30 +325,29 @@ def strip_normalize(
     )
 
 
-def _backbone_strip_only(model: SentenceTransformer) -> tuple[list[nn.Module], None, int]:
+def _backbone_strip_only(layout: Layout) -> tuple[Layout, int]:
     """Remove trailing Normalize modules only (RoleNormalize is kept: it is not a plain normalisation).
 
     A Router's route-end Normalize counts as trailing when the Router is the last module left.
     """
-    kept = list(model)
+    kinds = list(layout.kinds)
     removed = 0
-    while kept and _is_normalize(kept[-1]):
-        kept.pop()
+    while kinds and kinds[-1] == "normalize":
+        kinds.pop()
         removed += 1
-    inner = 0
-    for i, m in enumerate(kept):
-        if isinstance(m, Router):
-            for name, seq in list(m.sub_modules.items()):
-                route = list(seq)
-                while i == len(kept) - 1 and route and _is_normalize(route[-1]):
-                    route.pop()
-                    removed += 1
-                inner += sum(1 for x in route if _is_normalize(x))
-                m.sub_modules[name] = nn.Sequential(*route)
-        elif _is_normalize(m):
-            inner += 1
-    _warn_inner(inner, "strip_normalize")
-    return kept, None, removed
+    kept = layout.modules[: len(kinds)]
+    inner = sum(1 for k in kinds if k == "normalize")
+    routes = dict(layout.routes)
+    if layout.router is not None:
+        for name, seq in layout.routes.items():
+            route = list(seq)
+            while len(kept) == 1 and route and kind_of(route[-1]) == "normalize":
+                route.pop()
+                removed += 1
+            inner += sum(1 for x in route if kind_of(x) == "normalize")
+            routes[name] = tuple(route)
+    _warn_inner(inner, "strip_normalize", stacklevel=4)
+    return Layout(kept, tuple(kinds), routes), removed
 
 
 def _warn_strip(removed: int, warn: bool) -> None:

@@ -7,15 +7,10 @@ import warnings
 from typing import Any
 
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.modules import Normalize, Router
-from torch import nn
 
 from st_magnitude._warnings import AsymmetricSimilarityWarning
-from st_magnitude.modules.role_normalize import RoleNormalize
-from st_magnitude.similarity import (
-    PowerNormSimilarity,
-    Similarity,
-)
+from st_magnitude.model._layout import read_layout
+from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 
@@ -31,66 +26,18 @@ __all__ = [
 ]
 
 
-_ROUTE_QUERY, _ROUTE_DOCUMENT = "query", "document"
-
-
-def _is_normalize(m: nn.Module) -> bool:
-    return isinstance(m, Normalize)
-
-
-def _route_lists(router: Router) -> dict[str, list[nn.Module]]:
-    return {name: list(seq) for name, seq in router.sub_modules.items()}
-
-
-def _query_document_router_gammas(router: Router) -> tuple[float, float] | None:
-    """(γq, γd) of a query/document Router whose routes share the same backbone and differ only by ``Normalize``."""
-    routes = _route_lists(router)
-    if set(routes) != {_ROUTE_QUERY, _ROUTE_DOCUMENT}:
-        return None
-    q_core = [m for m in routes[_ROUTE_QUERY] if not _is_normalize(m)]
-    d_core = [m for m in routes[_ROUTE_DOCUMENT] if not _is_normalize(m)]
-    if [id(m) for m in q_core] != [id(m) for m in d_core]:
-        return None
-    gq = 1.0 if routes[_ROUTE_QUERY] and _is_normalize(routes[_ROUTE_QUERY][-1]) else 0.0
-    gd = 1.0 if routes[_ROUTE_DOCUMENT] and _is_normalize(routes[_ROUTE_DOCUMENT][-1]) else 0.0
-    return gq, gd
-
-
 def model_gammas(model: SentenceTransformer) -> tuple[float, float] | None:
     """The (γq, γd) a model applies at inference, or ``None`` when its structure is not one we recognise.
 
     Recognised: a trailing ``Normalize`` (cosine, (1, 1)), no normalisation at all (dot, (0, 0)), a query/document
     ``Router`` sharing its backbone with ``Normalize`` on one or both routes, and a trailing :class:`RoleNormalize`.
     """
-    modules = list(model)
-    if modules and isinstance(modules[0], Router):
-        gammas = _query_document_router_gammas(modules[0])
-        if gammas is None:
-            return None
-        rest = modules[1:]
-        if any(_is_normalize(m) for m in rest):
-            return (1.0, 1.0)
-        role = [m for m in rest if isinstance(m, RoleNormalize)]
-        return (role[-1].gamma_query, role[-1].gamma_document) if role else gammas
-    role = [m for m in modules if isinstance(m, RoleNormalize)]
-    if role:
-        return role[-1].gamma_query, role[-1].gamma_document
-    if modules and _is_normalize(modules[-1]):
-        return (1.0, 1.0)
-    if any(_is_normalize(m) for m in modules):
-        return None  # Normalize in the middle, e.g. followed by a Dense: not a family member
-    return (0.0, 0.0)
+    return read_layout(model).gammas
 
 
 def model_similarity(model: SentenceTransformer) -> Similarity | None:
     """The family member the model serves on *raw* embeddings (learnable: shares the model's γ̂), or ``None``."""
-    for m in model:
-        if isinstance(m, RoleNormalize):
-            return m.similarity()
-    gammas = model_gammas(model)
-    if gammas is None:
-        return None
-    return PowerNormSimilarity(*gammas)
+    return read_layout(model).similarity()
 
 
 def carried_similarity(model: SentenceTransformer) -> Similarity | None:
@@ -101,23 +48,15 @@ def carried_similarity(model: SentenceTransformer) -> Similarity | None:
     with a plain dot product (and give each column its role through ``features["task"]``). A plain model (with or
     without a trailing ``Normalize``) returns ``None``: a loss then applies its own similarity to the outputs.
     """
-    modules = list(model)
-    if any(isinstance(m, RoleNormalize) for m in modules):
-        return model_similarity(model)
-    if modules and isinstance(modules[0], Router) and _query_document_router_gammas(modules[0]) is not None:
-        return model_similarity(model)
-    return None
+    layout = read_layout(model)
+    return layout.similarity() if layout.carries else None
 
 
 def is_asymmetric(model_or_similarity: SentenceTransformer | Similarity) -> bool:
     """True when query and document roles must differ (qnorm, dnorm, learnable with γq ≠ γd; paper 000 Prop. 2.1)."""
     if isinstance(model_or_similarity, Similarity):
         return not model_or_similarity.symmetric
-    gammas = model_gammas(model_or_similarity)
-    if gammas is not None:
-        return gammas[0] != gammas[1]
-    first = next(iter(model_or_similarity), None)
-    return isinstance(first, Router)  # an unrecognised Router is a two-tower model: roles matter
+    return read_layout(model_or_similarity).asymmetric
 
 
 def check_symmetric_use(

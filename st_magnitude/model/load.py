@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 _ST_PREFIX = "sentence_transformers."
-_OWN_PREFIX = "st_magnitude."
 _CONFIG_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
 
 

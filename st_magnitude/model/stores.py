@@ -27,15 +27,13 @@ from collections.abc import Sequence
 
 import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.modules import Router
 
 from st_magnitude._warnings import NormBoundWarning
-from st_magnitude.model.convert import apply_similarity
-from st_magnitude.model.info import model_gammas
+from st_magnitude.model._layout import Layout, read_layout, write_layout
+from st_magnitude.model.convert import _check_convertible, _converted, _serve
 from st_magnitude.modules._store_limits import MAX_MARGIN, margin_problem, max_norm_problem
-from st_magnitude.modules._surgery import replace_modules
 from st_magnitude.modules.mips_augment import MIPSAugment
-from st_magnitude.similarity import gammas_of, validate_similarity_name
+from st_magnitude.similarity import DEFAULT_EPS, gammas_of, validate_similarity_name
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +73,6 @@ def _check_store(store: str) -> str:
     return store
 
 
-def _without_augment(model: SentenceTransformer) -> list:
-    return [m for m in model if not isinstance(m, MIPSAugment)]
-
-
 def preserved_metrics(model: SentenceTransformer) -> tuple[str, ...]:
     """The store metrics (of :data:`STORES`) under which ``model``'s vectors rank documents as the model scores them.
 
@@ -86,10 +80,14 @@ def preserved_metrics(model: SentenceTransformer) -> tuple[str, ...]:
     model scored with ``dot`` whose documents are unit-norm (γd = 1) under all three, with γd < 1 only under ``dot``;
     a model scored with ``cosine`` under ``cosine``, and under all three when it L2-normalises its output.
     """
-    if any(isinstance(m, MIPSAugment) for m in model):
+    return _preserved(read_layout(model), getattr(model, "similarity_fn_name", None))
+
+
+def _preserved(layout: Layout, similarity_fn_name: str | None) -> tuple[str, ...]:
+    if "mips_augment" in layout.kinds:
         return STORES
-    fn = getattr(model, "similarity_fn_name", None) or "cosine"
-    gammas = model_gammas(model)
+    fn = similarity_fn_name or "cosine"
+    gammas = layout.gammas
     if fn == "dot":
         return STORES if gammas is not None and gammas[1] == 1.0 else ("dot",)
     if fn == "cosine":
@@ -125,14 +123,18 @@ def document_norm_bound(
     _check_margin(margin)
     if len(documents) == 0:
         raise ValueError("document_norm_bound needs at least one document to measure norms on")
-    if any(isinstance(m, MIPSAugment) for m in model):
+    if "mips_augment" in read_layout(model).kinds:
         raise ValueError("the model already carries MIPSAugment: measure norms on the model before augmentation")
+    return float(_document_norms(model, documents, batch_size).max()) * float(margin)
+
+
+def _document_norms(model: SentenceTransformer, documents: Sequence[str], batch_size: int) -> torch.Tensor:
     with torch.no_grad():
         emb = model.encode_document(list(documents), batch_size=batch_size, convert_to_tensor=True)
     norms = emb.double().norm(dim=-1)
     if not torch.isfinite(norms).all():
         raise ValueError("document embeddings contain NaN/inf: cannot bound their norms (a diverged model?)")
-    return float(norms.max()) * float(margin)
+    return norms
 
 
 def prepare_for_store(
@@ -155,26 +157,58 @@ def prepare_for_store(
     _check_store(store)
     _check_margin(margin)
     _check_max_norm(max_norm)
-    base = _without_augment(model)
-    if len(base) != len(list(model)):
-        replace_modules(model, base)
-    gammas = model_gammas(model)
+    layout = read_layout(model)
+    target = _for_store(
+        model,
+        layout.without("mips_augment"),
+        model.similarity_fn_name,
+        store,
+        max_norm=max_norm,
+        documents=documents,
+        margin=margin,
+        batch_size=batch_size,
+        truncate_dim=model.truncate_dim,
+    )
+    if target.modules != layout.modules:
+        write_layout(model, target)
+    return model
+
+
+def _for_store(
+    model: SentenceTransformer,
+    layout: Layout,
+    similarity_fn_name: str | None,
+    store: str,
+    *,
+    max_norm: float | None,
+    documents: Sequence[str] | None,
+    margin: float,
+    batch_size: int,
+    truncate_dim: int | None = None,
+) -> Layout:
+    """The layout that ranks as trained under ``store``: ``layout`` (without augmentation), or it with a
+    :class:`MIPSAugment` appended. Measuring ``documents`` encodes them through ``layout``, so the model is made to
+    hold it first."""
+    gammas = layout.gammas
     if gammas is None:
         raise ValueError(
             "prepare_for_store needs a model whose query/document transform it recognises (a model converted with "
             "st_magnitude.apply_similarity, or a plain dot / cosine model); got modules "
-            f"{[type(m).__name__ for m in model]}"
+            f"{[type(m).__name__ for m in layout.modules]}"
         )
-    if store in preserved_metrics(model):
+    if store in _preserved(layout, similarity_fn_name):
         logger.info("prepare_for_store(%r): the model already ranks exactly under %s; nothing added", store, store)
-        return model
+        return layout
     if max_norm is None and not documents:
         raise ValueError(
             f"a {store!r} store needs the document-norm bound M for this model (gamma_document={gammas[1]:.3f} < 1): "
             "pass max_norm=M or documents=[a sample of the corpus] (CLI: --max-norm or --norm-texts)"
         )
     if documents:
-        measured = document_norm_bound(model, documents, margin=1.0, batch_size=batch_size)
+        if tuple(model) != layout.modules:
+            write_layout(model, layout)  # the documents are encoded through the layout that is measured
+        norms = _document_norms(model, documents, batch_size)
+        measured = float(norms.max())
         if max_norm is None:
             max_norm = measured * margin
             _check_max_norm(max_norm)
@@ -186,21 +220,20 @@ def prepare_for_store(
                 f"margin × {measured:.6g}"
             )
         elif measured > max_norm:
-            with torch.no_grad():
-                emb = model.encode_document(list(documents), batch_size=batch_size, convert_to_tensor=True)
-            over = int((emb.double().norm(dim=-1) > max_norm).sum())
+            over = int((norms > max_norm).sum())
             warnings.warn(
                 f"{over} of {len(documents)} sample document(s) have a norm above max_norm={max_norm:.6g} (largest "
                 f"{measured:.6g}): a {store!r} store ranks them lower than the trained similarity does.",
                 NormBoundWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-    dim = model.get_embedding_dimension()
+    dim = layout.dimension
+    if truncate_dim is not None:
+        dim = truncate_dim if dim is None else min(dim, truncate_dim)
     if dim is None:
         raise ValueError("the model does not report its embedding dimension; cannot add the augmentation coordinate")
-    replace_modules(model, [*model, MIPSAugment(float(max_norm), int(dim))])
     logger.info("prepare_for_store(%r): appended MIPSAugment(max_norm=%.6g, dimension=%d)", store, max_norm, dim)
-    return model
+    return layout.plus(MIPSAugment(float(max_norm), int(dim)))
 
 
 def set_default_route(model: SentenceTransformer, route: str | None) -> SentenceTransformer:
@@ -216,16 +249,19 @@ def set_default_route(model: SentenceTransformer, route: str | None) -> Sentence
     A model carrying :class:`MIPSAugment` (a cosine / L2 export of a variant with γd < 1) is refused: a query
     encoded as a document would get the documents' extra coordinate, and the store would rank wrongly.
     """
+    _set_default_route(read_layout(model), route)
+    return model
+
+
+def _set_default_route(layout: Layout, route: str | None) -> None:
     if route is not None and route not in DEFAULT_ROUTES:
         raise ValueError(f"default route must be one of {DEFAULT_ROUTES} or None, got {route!r}")
-    if route is not None and any(isinstance(m, MIPSAugment) for m in model):
+    if route is not None and "mips_augment" in layout.kinds:
         raise ValueError(ROLELESS_STORE_REFUSAL)
-    first = next(iter(model), None)
-    if isinstance(first, Router):
-        first.default_route = route
+    if layout.router is not None:
+        layout.router.default_route = route
     else:
         logger.info("set_default_route: the model has no query/document Router; a role-less encode already works")
-    return model
 
 
 def convert_for_store(
@@ -254,9 +290,26 @@ def convert_for_store(
         and (gammas_of(validate_similarity_name(similarity)) or (0, 0))[1] != 1
     ):
         raise ValueError(ROLELESS_STORE_REFUSAL)
-    replace_modules(model, _without_augment(model))  # apply_similarity must see the bare backbone
-    apply_similarity(model, similarity)
-    prepare_for_store(model, store, max_norm=max_norm, documents=documents, margin=margin, batch_size=batch_size)
+    _check_margin(margin)
+    _check_max_norm(max_norm)
+    _check_convertible(model)
+    # one read, one write: the conversion sees the bare backbone (any augmentation dropped), the store step appends
+    # its own (measuring documents encodes them through the converted layout, which the model then holds first)
+    converted, name = _converted(
+        read_layout(model).without("mips_augment"),
+        similarity,
+        init_gamma=None,
+        eps=DEFAULT_EPS,
+        warn_on_strip=True,
+        portable=True,
+    )
+    target = _for_store(
+        model, converted, "dot", store, max_norm=max_norm, documents=documents, margin=margin, batch_size=batch_size
+    )
+    _serve(model, target, "dot")
     if default_route is not None:
-        set_default_route(model, default_route)
+        _set_default_route(target, default_route)
+    logger.info(
+        "convert_for_store: model now serves %r for a %r store with modules %s", name, store, list(target.kinds)
+    )
     return model

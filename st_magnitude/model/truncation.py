@@ -6,21 +6,16 @@ import logging
 
 import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.modules import Dense, Normalize, Router
+from sentence_transformers.base.modules import Dense
 from torch import nn
 
+from st_magnitude.model._layout import NORMALISATIONS, Layout, kind_of, read_layout, write_layout
 from st_magnitude.model.card import update_model_card
-from st_magnitude.model.info import _is_normalize, carried_similarity, training_similarity
-from st_magnitude.modules._surgery import replace_modules
-from st_magnitude.modules.role_normalize import RoleNormalize
+from st_magnitude.model.info import training_similarity
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["check_truncation", "truncate_model"]
-
-
-def _has_normalisation(model: nn.Module) -> bool:
-    return any(isinstance(m, (Normalize, RoleNormalize)) for m in model.modules())
 
 
 def check_truncation(model: SentenceTransformer) -> None:
@@ -33,7 +28,7 @@ def check_truncation(model: SentenceTransformer) -> None:
     """
     if not isinstance(model, nn.Module) or getattr(model, "truncate_dim", None) is None:
         return
-    if _has_normalisation(model) and model.similarity_fn_name != "cosine":
+    if read_layout(model).has(*NORMALISATIONS) and model.similarity_fn_name != "cosine":
         raise ValueError(
             f"truncate_dim={model.truncate_dim} on a model that normalises inside (similarity_fn_name="
             f"{model.similarity_fn_name!r}): sentence-transformers truncates after the normalisation, so the scores "
@@ -57,6 +52,24 @@ def _truncation_layer(in_features: int, dim: int, like: nn.Module | None) -> Den
     return layer
 
 
+def _before_normalisation(modules: tuple[nn.Module, ...], layer: Dense, start: int = 0) -> tuple[nn.Module, ...]:
+    """``modules`` with ``layer`` right before the first normalisation at or after ``start`` (at the end if none)."""
+    kinds = [kind_of(m) for m in modules]
+    at = next((i for i in range(start, len(modules)) if kinds[i] in NORMALISATIONS), len(modules))
+    return (*modules[:at], layer, *modules[at:])
+
+
+def _truncated(layout: Layout, layer: Dense) -> Layout:
+    """``layout`` with ``layer`` before its normalisation: after the Router when one follows it (once), else at the
+    end of every route, else before the first normalisation (at the end when there is none)."""
+    if layout.router is None:
+        return Layout.of(_before_normalisation(layout.modules, layer))
+    if any(k in NORMALISATIONS for k in layout.kinds[1:]):  # normalisation after the Router: truncate there, once
+        return Layout.of(_before_normalisation(layout.modules, layer, start=1), layout.routes)
+    routes = {name: _before_normalisation(seq, layer) for name, seq in layout.routes.items()}
+    return Layout.of(layout.modules, routes)
+
+
 def truncate_model(model: SentenceTransformer, dim: int) -> SentenceTransformer:
     """Make ``model`` (in place) emit its first ``dim`` coordinates, truncated *before* any normalisation.
 
@@ -75,26 +88,9 @@ def truncate_model(model: SentenceTransformer, dim: int) -> SentenceTransformer:
         raise ValueError(f"dim must be an int in [1, {full}], got {dim!r}")
     if dim == full:
         return model
-    modules = list(model)
-    layer = _truncation_layer(full, dim, model)
-    if modules and isinstance(modules[0], Router):
-        router = modules[0]
-        if any(_is_normalize(m) or isinstance(m, RoleNormalize) for m in modules[1:]):
-            # normalisation after the Router: truncate there, once
-            at = next(i for i, m in enumerate(modules) if i > 0 and (_is_normalize(m) or isinstance(m, RoleNormalize)))
-            replace_modules(model, modules[:at] + [layer] + modules[at:])
-        else:
-            for name, seq in list(router.sub_modules.items()):
-                route = list(seq)
-                at = next((i for i, m in enumerate(route) if _is_normalize(m) or isinstance(m, RoleNormalize)), None)
-                route = route + [layer] if at is None else route[:at] + [layer] + route[at:]
-                router.sub_modules[name] = nn.Sequential(*route)
-            replace_modules(model, modules)
-    else:
-        at = next((i for i, m in enumerate(modules) if _is_normalize(m) or isinstance(m, RoleNormalize)), None)
-        new = modules + [layer] if at is None else modules[:at] + [layer] + modules[at:]
-        replace_modules(model, new)
+    target = _truncated(read_layout(model), _truncation_layer(full, dim, model))
+    write_layout(model, target)
     logger.info("truncate_model: %d -> %d dims, truncated before normalisation", full, dim)
-    if carried_similarity(model) is not None or training_similarity(model) is not None:
+    if target.carries or training_similarity(model) is not None:
         update_model_card(model)
     return model

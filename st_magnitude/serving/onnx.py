@@ -225,7 +225,7 @@ def read_export_config(folder: str | Path) -> dict[str, Any]:
     naming the file and key otherwise)."""
     path = Path(folder) / _CONFIG
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: export the model with st_magnitude.serving.export_onnx")
+        raise FileNotFoundError(f"{path} not found: export the model with st_magnitude.serving.onnx.export_onnx")
     f = Fields(read_json(path), path)
     f.refuse_unknown(_CONFIG_KEYS)
 

@@ -29,7 +29,6 @@ class Claim:
     decide: Callable[[list[dict[str, Any]], dict[str, Any]], dict[str, Any]]
     #: an estimate per profile, never shown: the page and ``replicate --list`` show the recorded cost of a run
     budget: dict[str, str] = field(default_factory=dict)
-    headline_metric: str = ""
     #: per profile, one line: what a run of it can establish and what it cannot
     can_establish: dict[str, str] = field(default_factory=dict)
     #: settings that shrink any profile to a few seconds on CPU (``--dry-run``): same code path, tiny sizes

@@ -208,5 +208,4 @@ CLAIM = Claim(
     run_seed=run_seed,
     decide=decide,
     judge=judge,
-    headline_metric="nDCG@10 (cosine-eval vs dot-eval)",
 )

@@ -164,5 +164,4 @@ CLAIM = Claim(
     ),
     dry_run={"steps": 2, "batch_size": 4, "max_seq_length": 16, "kappa_pairs": 12, "kappa_bootstrap": 5}
     | {"auc_negatives": 5, "eval_queries": 6, "eval_corpus": 20},
-    headline_metric="nDCG@10",
 )

@@ -334,5 +334,4 @@ CLAIM = Claim(
         "n_boot": 20,
         "calibration_sentences": 8,
     },
-    headline_metric="Spearman",
 )

@@ -241,5 +241,4 @@ CLAIM = Claim(
     dry_run={"steps": 3, "batch_size": 4, "max_seq_length": 16, "eval_every": 1, "patience": 2, "dev_queries": 6}
     | {"dev_corpus": 20, "auc_negatives": 5, "n_boot": 20, "eval_queries": 6, "eval_corpus": 20, "negative_skip": 1}
     | {"hard_negatives": 2},
-    headline_metric="pooled AUC",
 )

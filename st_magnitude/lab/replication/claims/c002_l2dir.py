@@ -192,5 +192,4 @@ CLAIM = Claim(
     judge=judge,
     dry_run={"steps": 2, "batch_size": 4, "max_seq_length": 16, "auc_negatives": 5, "eval_queries": 6}
     | {"eval_corpus": 20},
-    headline_metric="Recall@1",
 )

@@ -308,5 +308,4 @@ CLAIM = Claim(
     ),
     dry_run={"dims": [4, 8, 16, 32, 64], "n_fit": 3, "steps": 2, "fit_bootstrap": 0, "batch_size": 4}
     | {"max_seq_length": 16, "n_negatives": 8, "eval_queries": 6, "eval_corpus": 20},
-    headline_metric="contrastive entropy",
 )

@@ -345,7 +345,6 @@ def signal_change(seed: dict, arm: str) -> float | None:
     return rows[-1]["ce_real_minus_shuffled"] - rows[0]["ce_real_minus_shuffled"]
 
 
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M"
 #: setting: (cpu value, gpu value). cpu: SmolLM2-135M frozen, bert-tiny retriever; gpu: the LM trained with LoRA.
 _SETTINGS = {
     "temperature": (0.01, 0.01),
@@ -421,5 +420,4 @@ CLAIM = Claim(
     judge=judge,
     dry_run={"lm": "tiny-random-llama", "steps": 2, "group_size": 4, "groups": 2, "max_docs": 40, "diag_every": 1}
     | {"max_seq_length": 16, "lm_max_length": 16, "eval_queries": 6, "eval_corpus": 20},
-    headline_metric="nDCG@10",
 )
