@@ -127,10 +127,10 @@ def test_an_interrupted_download_leaves_no_partial_dataset(data, monkeypatch):
 
 def test_every_command_uses_the_one_resolver():
     from st_magnitude.lab.compare import compare
-    from st_magnitude.lab.replication import common
+    from st_magnitude.lab.replication import common, runner
 
     assert compare.resolve_data_dir is resolve_data_dir and compare.resolve_dataset is resolve_dataset
-    assert common.resolve_data_dir is resolve_data_dir and common.DATA_ENV == DATA_ENV
+    assert runner.resolve_data_dir is resolve_data_dir and common.SET_DATA is data_home.SET_DATA
 
 
 def test_no_library_code_guesses_the_development_machines_data_folder():
