@@ -139,12 +139,13 @@ def test_readme_examples_teach_what_they_claim(tmp_path_factory):
     assert abs(float(d.norm()) - 1.0) > 1e-3
 
 
-def test_readme_sweep_csv_is_what_scaling_fit_takes(tmp_path, capsys):
+def test_the_shown_sweep_csv_is_what_scaling_fit_takes(tmp_path, capsys):
+    """The ``sweep.csv`` docs/dimension_scaling.md shows is a file ``scaling fit`` reads, with the command it names."""
     from st_magnitude.cli import main
 
-    text = README.read_text(encoding="utf-8")
+    text = (REPO / "docs" / "dimension_scaling.md").read_text(encoding="utf-8")
     match = re.search(r"<!-- scaling-csv:start -->\n```text\n(.*?)```\n<!-- scaling-csv:end -->", text, re.S)
-    assert match, "README shows no sweep.csv"
+    assert match, "docs/dimension_scaling.md shows no sweep.csv"
     (tmp_path / "sweep.csv").write_text(match.group(1))
     assert main(["scaling", "fit", str(tmp_path / "sweep.csv"), "--bootstrap", "20"]) == 0
     printed = capsys.readouterr().out

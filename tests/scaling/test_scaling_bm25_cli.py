@@ -114,7 +114,8 @@ def test_cli_holdout(tmp_path, capsys):
 
 
 def test_cli_fit_plain_dim_entropy_csv_with_bootstrap_band(tmp_path, capsys, monkeypatch):
-    """The README's CSV (only ``dim,contrastive_entropy``) is one group, with a note; ``--bootstrap`` draws a band."""
+    """The CSV docs/dimension_scaling.md shows (only ``dim,contrastive_entropy``) is one group, with a note;
+    ``--bootstrap`` draws a band."""
     from st_magnitude.cli import main
     from st_magnitude.scaling import plots
 
