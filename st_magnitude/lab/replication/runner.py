@@ -96,8 +96,9 @@ def slim(obj: Any) -> Any:
     return obj
 
 
-#: The options of a recorded command that name this machine's folders (they do not change the result).
-_MACHINE_FOLDER_OPTIONS = ("-o", "--output", "--data-root")
+#: The options of a recorded command that name this machine's folders (they do not change the result); a run made
+#: before the CLI had one vocabulary recorded them as ``--out`` and ``--data`` (its parts can still be merged).
+_MACHINE_FOLDER_OPTIONS = ("-o", "--output", "--data-root", "--out", "--data")
 
 
 def public_command(command: str) -> str:

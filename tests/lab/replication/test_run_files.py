@@ -337,3 +337,19 @@ def test_parts_started_in_the_same_second_write_files_of_their_own(stub, tmp_pat
     b = runner.run_claim("001", seeds=1, first_seed=1, out=out, **stub)["full_result"]
     assert a != b and sorted(os.listdir(out)) == [Path(a).name, Path(b).name]
     assert [json.loads(Path(p).read_text())["seeds"][0]["seed"] for p in (a, b)] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        "st-magnitude replicate 003 --profile cpu --seeds 1 -o /scratch/a --data-root /data",
+        "st-magnitude replicate 003 --profile cpu --seeds 1 --output=/scratch/a --data-root=/data",
+        "st-magnitude replicate 003 --profile cpu --seeds 1 -o/scratch/a",
+        # a part recorded before the CLI had one vocabulary
+        "st-magnitude replicate 003 --profile cpu --seeds 1 --out /scratch/a --data /data",
+    ],
+)
+def test_a_public_command_names_no_folder_of_the_machine(recorded):
+    from st_magnitude.lab.replication.runner import public_command
+
+    assert public_command(recorded) == "st-magnitude replicate 003 --profile cpu --seeds 1"
