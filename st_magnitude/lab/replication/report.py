@@ -24,6 +24,8 @@ NOT_RUN_FILE = "not_run.json"
 COVERAGE_FILE = "interval_coverage.json"
 #: the forest plot, relative to the page's folder
 FOREST_PATH = "replication/forest.png"
+#: the summary table's snippet name: other pages include the generated table (``--8<-- "docs/replication.md:summary"``)
+SUMMARY_SNIPPET = "summary"
 
 HEADER = """# Replication: does each paper's key claim hold here?
 
@@ -232,7 +234,7 @@ def render_report(results_dir: str | os.PathLike, coverage: str | os.PathLike | 
             "grey inconclusive, blue: a gate failed, not reached at this budget). The dotted line is 0.",
             "",
         ]
-    lines += ["## Summary", ""]
+    lines += ["## Summary", "", f"<!-- --8<-- [start:{SUMMARY_SNIPPET}] -->"]
     lines += [
         "| claim | profile | verdict | seeds | CPU time | wall time |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -247,6 +249,7 @@ def render_report(results_dir: str | os.PathLike, coverage: str | os.PathLike | 
                     _can(c, profile, rec) if finished else f"{_not_run(c, profile, reasons)}; {_can(c, profile, rec)}"
                 )
                 below.append(f"- **{c.id} {_label(profile, rec)}**: {what}")
+    lines += [f"<!-- --8<-- [end:{SUMMARY_SNIPPET}] -->"]
     lines += ["", "What each run can establish (and why a run is missing):", "", *below]
     lines += ["", *_method(coverage)]
     for c in claims:

@@ -47,3 +47,16 @@ def test_the_check_sees_a_flipped_verdict(tmp_path):
     copy.write_text(json.dumps(record))
     assert main(["replicate", "--redecide", str(copy)]) == 0
     assert json.loads(copy.read_text())["verdict"] == "reproduces"
+
+
+def test_the_evidence_page_shows_the_generated_summary_table():
+    """docs/evidence.md includes the replication page's generated summary table (no hand-kept copy to go stale)."""
+    from st_magnitude.lab.replication.report import SUMMARY_SNIPPET, render_report
+
+    page = render_report(COMMITTED)
+    start, end = f"<!-- --8<-- [start:{SUMMARY_SNIPPET}] -->", f"<!-- --8<-- [end:{SUMMARY_SNIPPET}] -->"
+    table = page.split(start, 1)[1].split(end, 1)[0]
+    assert table.count("\n| ") >= 2 * len(SUMMARIES)  # a cpu and a gpu row per claim
+    evidence = (COMMITTED.parents[1] / "evidence.md").read_text(encoding="utf-8")
+    assert f'--8<-- "docs/replication.md:{SUMMARY_SNIPPET}"' in evidence
+    assert "| claim | seeds | CPU-s |" not in evidence  # the hand-kept table is gone
