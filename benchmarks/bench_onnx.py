@@ -8,7 +8,10 @@ by the torch model (``encode_query`` / ``encode_document``, as sentence-transfor
 * ``fused``: fused by ONNX Runtime's transformer optimizer (float32; the default export);
 * ``int8``: fused, weights int8 per output channel, the feed-forward output matrices kept in float32
   (``--quantize int8``);
-* ``int8-all``: fused, every MatMul and attention weight int8 (``--quantize int8 --keep-f32 ''``).
+* ``int8-all``: fused, every MatMul and attention weight int8 (``--quantize int8 --keep-f32 ''``);
+* ``openvino``: the ``onnx`` graphs compiled by OpenVINO's CPU plugin at float32 (``INFERENCE_PRECISION_HINT`` f32,
+  one stream, ``--threads`` inference threads), run through the same tokenizer and length-sorted batches; it needs
+  ``pip install openvino`` (not a dependency of the package) and is left out of the default ``--backends``.
 
 For each backend and each ``--threads`` count (torch and ONNX Runtime on the same count), on SciFact test subsampled to
 ``--max-queries`` × ``--max-corpus`` (seeded, as ``st-magnitude evaluate``): documents per process-CPU-second (the
@@ -42,7 +45,26 @@ EXPORTS = {
     "fused": {"optimize": True},
     "int8": {"optimize": True, "quantize": "int8"},
     "int8-all": {"optimize": True, "quantize": "int8", "keep_f32": ""},
+    "openvino": {"optimize": False},
 }
+#: backends run by default (openvino needs a package the project does not depend on)
+DEFAULT_BACKENDS = ("onnx", "fused", "int8", "int8-all")
+
+
+class OpenVinoSession:
+    """An OpenVINO compiled graph behind the one ``run(outputs, feeds)`` call :class:`OnnxEncoder` makes of an
+    ONNX Runtime session, so both backends share the tokenizer, the batching and the graph checks."""
+
+    def __init__(self, path: str, threads: int):
+        import openvino as ov
+
+        config = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads)}
+        self.compiled = ov.Core().compile_model(path, "CPU", config)
+        self.request = self.compiled.create_infer_request()
+
+    def run(self, outputs, feeds):
+        result = self.request.infer(feeds)
+        return [result[self.compiled.output(name)] for name in outputs]
 
 
 def timed(fn):
@@ -60,12 +82,26 @@ def top10(q, d, score_fn):
     return [list(np.lexsort((np.arange(len(row)), -row))[:10]) for row in s]
 
 
+def _openvino_version(backends) -> dict:
+    if "openvino" not in backends:
+        return {}
+    try:
+        import openvino
+    except ImportError:
+        sys.exit("the openvino backend needs OpenVINO: pip install openvino")
+    return {"openvino": openvino.__version__}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=None, help="BEIR folder (default $ST_MAGNITUDE_DATA/beir/scifact)")
     p.add_argument("--model", default=None, help="SentenceTransformer folder (default all-MiniLM-L6-v2 wheel)")
     p.add_argument("--variant", default="qnorm", choices=["qnorm", "dnorm", "learnable", "dot", "cosine"])
-    p.add_argument("--backends", default=",".join(EXPORTS), help=f"comma-separated, from {','.join(EXPORTS)}")
+    p.add_argument(
+        "--backends",
+        default=",".join(DEFAULT_BACKENDS),
+        help=f"comma-separated, from {','.join(EXPORTS)} (default {','.join(DEFAULT_BACKENDS)})",
+    )
     p.add_argument("--max-queries", type=int, default=100)
     p.add_argument("--max-corpus", type=int, default=1000)
     p.add_argument("--ndcg-corpus", type=int, default=None, help="documents for nDCG@10 (default: all)")
@@ -107,7 +143,7 @@ def main(argv=None) -> dict:
     from st_magnitude.evaluation.ir import RoleIREvaluator
     from st_magnitude.model.offline import offline_model_path
     from st_magnitude.serving.agreement import top_k_agreement
-    from st_magnitude.serving.onnx import OnnxEncoder, export_onnx
+    from st_magnitude.serving.onnx import ROLE_GRAPHS, OnnxEncoder, export_onnx
 
     model_path = args.model or offline_model_path()
     if model_path is None:
@@ -135,7 +171,7 @@ def main(argv=None) -> dict:
             "cpus": os.cpu_count(),
             "load_average_start": os.getloadavg(),
         },
-        "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__},
+        "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__, **_openvino_version(args.backends)},
         "rows": [],
         "ndcg@10": {},
     }
@@ -163,6 +199,9 @@ def main(argv=None) -> dict:
             if key not in encoders:
                 encoders.clear()  # one set of sessions at a time
                 encoders[key] = OnnxEncoder(os.path.join(tmp, b), threads=threads)
+                if b == "openvino":
+                    for role, file in ROLE_GRAPHS.items():
+                        encoders[key].sessions[role] = OpenVinoSession(os.path.join(tmp, b, file), threads)
             return encoders[key]
 
         def encode(b: str, threads: int, role: str, texts):

@@ -48,3 +48,27 @@ def test_reduced_mode_measures_every_backend_against_torch(tiny_bert_dir, toy, t
     assert abs(result["ndcg@10"]["fused"]["diff_to_torch"]) <= 1e-5
     table = capsys.readouterr().out
     assert "| fused | 2 |" in table and "| int8-all | 1 |" in table
+
+
+def test_openvino_backend_reads_the_plain_graphs_and_keeps_the_vectors(tiny_bert_dir, toy, tmp_path):
+    pytest.importorskip("openvino", reason="the benchmark's openvino backend needs OpenVINO (not a dependency)")
+    spec = importlib.util.spec_from_file_location("bench_onnx", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model_dir = tmp_path / "tiny"
+    build_tiny_st(tiny_bert_dir).save(str(model_dir))
+    argv = ["--reduced", "--model", str(model_dir), "--data", str(toy), "--max-seq-length", "32", "--threads", "1"]
+    result = bench.main([*argv, "--backends", "openvino", "--parts", "speed,ndcg"])
+    row = next(r for r in result["rows"] if r["backend"] == "openvino")
+    assert row["max_abs_error"] <= 1e-5 and row["top10_overlap"] == 1
+    assert abs(result["ndcg@10"]["openvino"]["diff_to_torch"]) <= 1e-5
+    assert "openvino" in result["versions"]
+
+
+def test_default_backends_leave_out_the_one_that_needs_an_extra_package():
+    spec = importlib.util.spec_from_file_location("bench_onnx", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert "openvino" not in bench.parse_args([]).backends
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--backends", "tensorrt"])

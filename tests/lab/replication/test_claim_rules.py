@@ -162,7 +162,10 @@ def test_appf_collapse_and_recovery_reproduce_and_the_gate_stops_an_untrained_ru
 
 
 # ----------------------------------------------------------------------------------------------------------- 001
-def mw_seeds(*, auc_gain: float, ndcg_gap: float, trained: float = 0.1, history=peaked, shuffled=False) -> list:
+def mw_seeds(
+    *, auc_gain: float, ndcg_gap: float, trained: float = 0.1, history=peaked, shuffled=False, only=None
+) -> list:
+    """Seeds of 001's three arms on both sets; ``only`` names the one set where MW differs from InfoNCE."""
     diff = np.random.default_rng(5).uniform(-0.1, 0.1, N_Q)
     out = []
     for seed in SEEDS:
@@ -185,7 +188,8 @@ def mw_seeds(*, auc_gain: float, ndcg_gap: float, trained: float = 0.1, history=
             ("infonce", 0.2 + trained, 0.5),
             ("mw", 0.2 + trained + ndcg_gap, 0.5 + auc_gain),
         ):
-            arms[name] = {"nfcorpus": arm(ndcg, shift), "scifact": arm(ndcg, shift)}
+            plain = (0.2 + trained, 0.5) if name == "mw" else (ndcg, shift)
+            arms[name] = {ds: arm(*((ndcg, shift) if only in (None, ds) else plain)) for ds in ("nfcorpus", "scifact")}
         out.append({"arms": arms, "dev_history": {"infonce": history(8), "mw": history(8)}})
     return out
 
@@ -204,6 +208,18 @@ def test_mw_shuffled_control_does_not_reproduce():
 
 def test_mw_auc_gain_at_par_ndcg_reproduces():
     assert decide("001", mw_seeds(auc_gain=0.3, ndcg_gap=0.0), n_boot=100)["verdict"] == "reproduces"
+
+
+def test_mw_is_judged_on_the_profiles_first_set():
+    """cpu judges NFCorpus (in distribution), gpu SciFact (about one positive per query): an AUC gain on one set only
+    reproduces under the profile that judges that set, and the other profile does not call it reproduced."""
+    claim = get_claim("001")
+    on_scifact = mw_seeds(auc_gain=0.3, ndcg_gap=0.0, only="scifact")
+    gpu = claim.decide(on_scifact, {**claim.settings("gpu"), "n_boot": 100})
+    cpu = claim.decide(on_scifact, {**claim.settings("cpu"), "n_boot": 100})
+    assert claim.settings("gpu")["eval_data"][0] == "scifact" and claim.settings("cpu")["eval_data"][0] == "nfcorpus"
+    assert gpu["verdict"] == "reproduces" and cpu["verdict"] != "reproduces"
+    assert gpu["ours"].startswith("SciFact pooled AUC") and "SciFact" in gpu["statements"][0]["tests"]
 
 
 def test_mw_gates_untrained_reference_and_unconverged_dev():
