@@ -72,3 +72,20 @@ def test_default_backends_leave_out_the_one_that_needs_an_extra_package():
     assert "openvino" not in bench.parse_args([]).backends
     with pytest.raises(SystemExit):
         bench.parse_args(["--backends", "tensorrt"])
+
+
+def test_the_deployment_pages_openvino_table_is_the_committed_results_table():
+    """The page's OpenVINO table is ``format_table`` of the committed JSON, and the full-corpus speeds it quotes are
+    that JSON's."""
+    spec = importlib.util.spec_from_file_location("bench_onnx", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    repo = BENCH.parents[1]
+    result = json.loads((repo / "docs" / "results" / "bench_onnx_openvino.json").read_text(encoding="utf-8"))
+    page = (repo / "docs" / "deployment.md").read_text(encoding="utf-8")
+    assert bench.format_table(result) in page
+    assert result["command"] in page
+    full = {b: result["ndcg@10"][b]["docs_per_cpu_s"] for b in ("torch", "fused", "openvino")}
+    quoted = f"torch {full['torch']:.1f}, fused {full['fused']:.1f}\nand OpenVINO {full['openvino']:.1f}"
+    assert quoted in page
+    assert f"**{full['fused'] / full['torch']:.2f}×**" in page
