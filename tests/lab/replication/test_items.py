@@ -123,7 +123,6 @@ def test_which_committed_results_have_items_files():
         "000-headline-cpu.json",
         "001-cpu.json",
         "002-cpu.json",
-        "003-cpu.json",
         "004-cpu.json",
     ]
 
