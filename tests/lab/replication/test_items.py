@@ -121,7 +121,6 @@ def test_which_committed_results_have_items_files():
     assert without == [
         "000-appf-cpu.json",
         "000-headline-cpu.json",
-        "001-cpu.json",
         "002-cpu.json",
         "004-cpu.json",
     ]
