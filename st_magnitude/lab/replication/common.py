@@ -165,37 +165,73 @@ class QueryPools:
         return pools
 
 
-#: the stored form of a pool kept only as its pair counts (float32 is exact: counts are multiples of ½ below 2²³)
-COMPACT_POOLS = "pair_counts/f32-base64"
+#: the stored form of a pool kept only as its pair counts: twice each count (counts are multiples of ½, so twice is an
+#: integer) as little-endian uint32, its four byte planes one after another (the high planes are mostly zero and pack
+#: well), zlib-compressed, base64
+COMPACT_POOLS = "pair_counts/2x-u32-planes-zlib-base64"
 
 
 def compact_pools(pools: dict[str, list], n_queries: int) -> dict[str, Any]:
-    """A stored pool (``evaluate_retrieval(...)["auc_pools"]``) as its query × query pair counts, base64 float32: Q²
-    numbers instead of one per pooled score (top 500 of a full corpus: ~40 MB per arm and seed as JSON lists), and
-    all the query bootstrap of the pooled AUC needs."""
-    import base64
+    """A stored pool (``evaluate_retrieval(...)["auc_pools"]``) as its query × query pair counts
+    (:data:`COMPACT_POOLS`): Q² exact integers instead of one float per pooled score (top 500 of a full corpus:
+    ~40 MB per arm and seed as JSON lists), and all the query bootstrap of the pooled AUC needs."""
+    from st_magnitude._trust.packed import pack_bytes
 
     grouped = pooled_auc_statistic(pools, n_queries)
-    counts = grouped.pair_counts()
+    twice = np.rint(2 * grouped.pair_counts())
     n_pos, n_neg = grouped._sizes
+    if twice.size and twice.max() >= 2**32:
+        raise ValueError(f"pair counts up to {twice.max() / 2:.0f} do not fit the stored form (below 2³¹)")
+    planes = twice.astype("<u4").view(np.uint8).reshape(-1, 4).T.tobytes()
     return {
         "format": COMPACT_POOLS,
         "n_queries": int(n_queries),
-        "pair_counts": base64.b64encode(counts.astype("<f4").tobytes()).decode("ascii"),
+        "pair_counts": pack_bytes(planes),
         "n_pos": n_pos.astype(int).tolist(),
         "n_neg": n_neg.astype(int).tolist(),
     }
 
 
+def _unpack_pools(pools: dict[str, Any]) -> QueryPools:
+    """The :data:`COMPACT_POOLS` form back as pools known by their pair counts; ``ValueError`` naming the key for
+    sizes that are not Q non-negative integers, counts that do not unpack to Q × Q, or a count above what its two
+    queries' pools allow (``C[i, j] ≤ P_i · N_j``)."""
+    from st_magnitude._trust.packed import unpack_bytes
+
+    q = pools.get("n_queries")
+    if not isinstance(q, int) or isinstance(q, bool) or q < 0:
+        raise ValueError(f"auc_pools.n_queries must be a non-negative integer, not {q!r}")
+    sizes = []
+    for key in ("n_pos", "n_neg"):
+        v = pools.get(key)
+        if not (
+            isinstance(v, list)
+            and len(v) == q
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+        ):
+            raise ValueError(f"auc_pools.{key} must be a list of {q} non-negative integers")
+        sizes.append(np.asarray(v, dtype=float))
+    try:
+        planes = unpack_bytes(pools.get("pair_counts"), 4 * q * q)
+    except ValueError as exc:
+        raise ValueError(f"auc_pools.pair_counts {exc}") from None
+    twice = np.frombuffer(planes, dtype=np.uint8).reshape(4, q * q).T.copy().view("<u4").reshape(q, q)
+    counts = twice.astype(float) / 2
+    if (counts > np.outer(*sizes)).any():
+        raise ValueError("auc_pools.pair_counts holds a count above its queries' positives × negatives")
+    return QueryPools.from_counts(counts, *sizes)
+
+
 def pooled_auc_statistic(pools: dict[str, Any], n_queries: int | None = None) -> QueryPools:
     """Group a stored pool (``evaluate_retrieval(...)["auc_pools"]``, or its :func:`compact_pools` form) by query,
     for :func:`auc_stat`."""
-    if pools.get("format") == COMPACT_POOLS:
-        import base64
-
-        q = int(pools["n_queries"])
-        counts = np.frombuffer(base64.b64decode(pools["pair_counts"]), dtype="<f4").reshape(q, q)
-        return QueryPools.from_counts(counts, np.asarray(pools["n_pos"]), np.asarray(pools["n_neg"]))
+    if "format" in pools:
+        if pools["format"] != COMPACT_POOLS:
+            raise ValueError(f"auc_pools.format must be {COMPACT_POOLS!r}, not {pools['format']!r}")
+        grouped = _unpack_pools(pools)
+        if n_queries is not None and len(grouped) != n_queries:
+            raise ValueError(f"auc_pools hold {len(grouped)} queries, the per-query scores {n_queries}")
+        return grouped
     pos, neg = np.asarray(pools["positives"]), np.asarray(pools["negatives"])
     pq, nq = np.asarray(pools["positive_query"], dtype=int), np.asarray(pools["negative_query"], dtype=int)
     if n_queries is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from st_magnitude._trust.errors import InputFileError
 from st_magnitude._trust.gzip_json import read_json_gz, write_json_gz_atomic
+from st_magnitude.lab.replication.common import pooled_auc_statistic
 
 __all__ = [
     "FORMAT",
@@ -82,7 +83,23 @@ def read_items(path: str | os.PathLike) -> dict[str, Any]:
     seeds = doc.get("seeds")
     if not isinstance(seeds, list) or not all(isinstance(s, dict) and isinstance(s.get("seed"), int) for s in seeds):
         raise InputFileError(path, "'seeds' must be a list of objects with an integer 'seed'")
+    for seed in seeds:
+        for where, pools in _pools_in(seed, ""):
+            try:
+                pooled_auc_statistic(pools)
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise InputFileError(path, f"seed {seed['seed']}{where}: {exc}") from None
     return doc
+
+
+def _pools_in(obj: Any, where: str):
+    """``(path, pools)`` for every ``auc_pools`` value under ``obj``."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == "auc_pools":
+                yield where, v if isinstance(v, dict) else {"format": None}
+            else:
+                yield from _pools_in(v, f"{where}.{k}")
 
 
 def _merge(into: dict[str, Any], extra: dict[str, Any], where: str) -> None:

@@ -46,14 +46,15 @@ def test_compact_pools_give_the_same_bootstrap_statistic():
     n = 12
     pq = np.repeat(np.arange(n), 3)
     nq = np.repeat(np.arange(n), 7)
-    stored = {
-        "positives": rng.normal(1, 1, len(pq)).astype(np.float32).tolist(),
-        "negatives": rng.normal(0, 1, len(nq)).astype(np.float32).tolist(),
+    stored = {  # rounded: ties give half counts
+        "positives": np.round(rng.normal(1, 1, len(pq)), 1).tolist(),
+        "negatives": np.round(rng.normal(0, 1, len(nq)), 1).tolist(),
         "positive_query": pq.tolist(),
         "negative_query": nq.tolist(),
     }
     flat, compact = pooled_auc_statistic(stored, n), pooled_auc_statistic(compact_pools(stored, n), n)
     assert len(compact) == n
+    assert np.array_equal(compact.pair_counts(), flat.pair_counts())  # exact, not close: counts are stored whole
     for _ in range(10):
         idx = rng.integers(0, n, n)
         assert auc_stat(compact, idx) == auc_stat(flat, idx)

@@ -103,6 +103,51 @@ def test_a_hostile_items_file_is_refused_at_the_boundary(tmp_path):
         read_json_gz(plain, max_unpacked=4096)
 
 
+def _items_with_pools(tmp_path, pools: dict) -> Path:
+    path = tmp_path / "001-cpu.items.json.gz"
+    doc = {"format": "st-magnitude per-item values 1", "claim": "001", "profile": "cpu", "tag": None}
+    doc["seeds"] = [{"seed": 0, "arms": {"mw": {"scifact": {"auc_pools": pools}}}}]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def test_hostile_pooled_auc_counts_are_refused_at_the_boundary(tmp_path):
+    """The pair counts inside an items file: packed text that is not base64/zlib, unpacks to another size or to a
+    count its pools cannot hold gets one line naming the seed and the key."""
+    from st_magnitude._trust.packed import pack_bytes
+    from st_magnitude.lab.replication.common import COMPACT_POOLS, compact_pools
+
+    rng = np.random.default_rng(3)
+    good = compact_pools(
+        {
+            "positives": rng.normal(1, 1, 6).tolist(),
+            "negatives": rng.normal(0, 1, 12).tolist(),
+            "positive_query": [0, 0, 1, 1, 2, 2],
+            "negative_query": [0, 1, 2] * 4,
+        },
+        3,
+    )
+    assert read_items(_items_with_pools(tmp_path, good))["seeds"][0]["arms"]["mw"]["scifact"]["auc_pools"] == good
+    too_big = np.full(9, 2 * 2 * 4 + 2, dtype="<u4").view(np.uint8).reshape(-1, 4).T.tobytes()  # > P·N = 2·4
+    bomb = pack_bytes(b"\0" * (1 << 20))  # 1 MB of zeros in about 1 kB
+    cases = [
+        ({**good, "pair_counts": "not base64!"}, "seed 0.arms.mw.scifact: auc_pools.pair_counts is not base64"),
+        ({**good, "pair_counts": pack_bytes(b"\0" * 35)}, "does not unpack to the 36 bytes"),
+        ({**good, "pair_counts": bomb}, "does not unpack to the 36 bytes"),
+        ({**good, "pair_counts": "AAAA"}, "is not zlib data"),
+        ({**good, "pair_counts": pack_bytes(too_big)}, "a count above its queries' positives × negatives"),
+        ({**good, "n_pos": [2, 2]}, "n_pos must be a list of 3 non-negative integers"),
+        ({**good, "n_neg": [4, -4, 4]}, "n_neg must be a list of 3 non-negative integers"),
+        ({**good, "n_queries": "3"}, "n_queries must be a non-negative integer"),
+        ({**good, "format": "pair_counts/f32-base64"}, f"format must be '{COMPACT_POOLS}'"),
+        ([1, 2], "format must be"),
+    ]
+    for pools, expected in cases:
+        with pytest.raises(InputFileError) as info:
+            read_items(_items_with_pools(tmp_path, pools))
+        assert expected in str(info.value) and "\n" not in str(info.value), (pools, str(info.value))
+
+
 COMMITTED = sorted(p for p in RESULTS.glob("*.json") if items_path(p).is_file())
 
 
@@ -120,7 +165,6 @@ def test_which_committed_results_have_items_files():
     without = sorted(p.name for p in RESULTS.glob("*.json") if p.name != "not_run.json" and p not in COMMITTED)
     assert without == [
         "000-headline-cpu.json",
-        "001-cpu.json",
         "002-cpu.json",
         "004-cpu.json",
     ]

@@ -76,7 +76,8 @@ def run_seed(ctx: Context) -> dict:
     train_folder = beir_folder(ctx, s["train_data"])
     dev = load_eval_set(train_folder, split="dev", max_queries=s["dev_queries"], max_corpus=s["dev_corpus"], seed=0)
     base = base_model(ctx.model or s["model"], device=ctx.device, max_seq_length=s["max_seq_length"])
-    arms = {"base": evaluate_all(base, sets, similarity="cosine", auc_negatives=s["auc_negatives"], keep_pools=True)}
+    # the base's pooled AUC is reported, never compared: its pools are not kept
+    arms = {"base": evaluate_all(base, sets, similarity="cosine", auc_negatives=s["auc_negatives"])}
     tuples = mined_tuples(
         base,
         train_folder,
