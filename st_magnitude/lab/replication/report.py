@@ -278,11 +278,63 @@ _KIND_NAMES = {
 }
 
 
+def read_coverage(path: Path) -> dict[str, Any]:
+    """The simulated-coverage file (``benchmarks/bench_interval_coverage.py --write``), every value the page prints
+    checked at the boundary: shares and coverages in [0, 1], positive widths, the same seed counts in every row.
+    Unknown keys are dropped."""
+    top = Fields(read_json(path), path)
+    cov: dict[str, Any] = {
+        "command": top.get("command", str),
+        "machine": top.get("machine", str),
+        "reps": top.get("reps", int, lo=1),
+        "n_boot": top.get("n_boot", int, lo=1),
+        "cpu_seconds": top.get("cpu_seconds", float, lo=0),
+        "rows": [],
+    }
+    rows = top.get("rows", list, check=lambda v: None if v else "must hold at least one row")
+    for i, raw in enumerate(rows):
+        row = Fields(raw, path, what=f"rows[{i}]", prefix=f"rows[{i}].")
+        shares = row.get(
+            "shares",
+            list,
+            check=lambda v: (
+                None
+                if len(v) == 3
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in v)
+                else "must be three shares in [0, 1]"
+            ),
+        )
+        cells = row.sub("cells")
+        if i and list(cells.keys()) != list(cov["rows"][0]["cells"]):
+            raise row.error("cells", f"must hold the seed counts of the first row ({list(cov['rows'][0]['cells'])})")
+        out_cells = {}
+        for k in cells.keys():
+            cell = cells.sub(k)
+            out_cells[k] = {
+                "before": cell.get("before", float, lo=0, hi=1),
+                "after": cell.get("after", float, lo=0, hi=1),
+                "width_before": cell.get("width_before", float, lo=0, lo_open=True),
+                "width_after": cell.get("width_after", float, lo=0),
+            }
+        if not out_cells:
+            raise row.error("cells", "must hold at least one seed count")
+        cov["rows"].append(
+            {
+                "kind": row.get("kind", str, "normal", choices=_KIND_NAMES),
+                "regime": row.get("regime", str),
+                "shares": shares,
+                "items": row.get("items", int, lo=1),
+                "cells": out_cells,
+            }
+        )
+    return cov
+
+
 def _method(coverage: Path) -> list[str]:
     lines = [METHOD]
     if not coverage.is_file():
         return [*lines, "Simulated coverage: not generated (`benchmarks/bench_interval_coverage.py --write`).", ""]
-    cov = read_json(coverage)
+    cov = read_coverage(coverage)
     seeds = list(cov["rows"][0]["cells"])
     worst = min(c["after"] for row in cov["rows"] for c in row["cells"].values())
     lines += [

@@ -150,3 +150,38 @@ def test_a_committed_cost_counts_every_seed(path):
     rec = json.loads(path.read_text())
     per_seed = sum(s["resources"]["cpu_seconds"] for s in rec["seeds"])
     assert rec["resources"]["cpu_seconds"] >= 0.999 * per_seed, (rec["resources"], per_seed)
+
+
+COVERAGE = Path(__file__).resolve().parents[3] / "docs" / "replication" / "interval_coverage.json"
+
+
+def test_the_coverage_file_the_page_prints_is_checked_at_the_boundary(tmp_path):
+    """Every value the page's coverage table prints comes through one reader: a hostile file gets one line naming
+    the key, never a traceback or a table with a coverage above 1."""
+    from st_magnitude._trust import InputFileError
+    from st_magnitude.lab.replication.report import read_coverage
+
+    good = json.loads(COVERAGE.read_text(encoding="utf-8"))
+    assert len(read_coverage(COVERAGE)["rows"]) == len(good["rows"])
+
+    def broken(change) -> dict:
+        doc = json.loads(json.dumps(good))
+        change(doc)
+        return doc
+
+    cases = [
+        (lambda d: d["rows"][0]["cells"]["5"].update(after=1.2), "rows[0].cells.5.after': must be ≤ 1"),
+        (lambda d: d["rows"][1]["cells"].pop("5"), "rows[1].cells': must hold the seed counts of the first row"),
+        (lambda d: d["rows"][0].update(kind="lognormal"), "rows[0].kind': must be one of"),
+        (lambda d: d["rows"][0].update(shares=[0.5, "x", 0.5]), "must be three shares in [0, 1]"),
+        (lambda d: d["rows"][0]["cells"]["3"].update(width_before=0), "width_before': must be > 0"),
+        (lambda d: d.update(rows=[]), "'rows': must hold at least one row"),
+        (lambda d: d.pop("n_boot"), "'n_boot': is missing"),
+        (lambda d: d.update(rows=[7]), "rows[0] must hold a JSON object"),
+    ]
+    path = tmp_path / "interval_coverage.json"
+    for change, expected in cases:
+        path.write_text(json.dumps(broken(change)), encoding="utf-8")
+        with pytest.raises(InputFileError) as info:
+            read_coverage(path)
+        assert str(info.value).startswith(str(path)) and expected in str(info.value), str(info.value)
