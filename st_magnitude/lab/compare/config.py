@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,6 @@ class CompareConfig:
     device: str | None = None
     kappa: bool = True
     trust_remote_code: bool = False  # for the base model only; not part of the fingerprint
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for trained models in the folder to be reused (a mismatch is refused).

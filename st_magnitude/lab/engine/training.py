@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ def trainer_arguments(spec: TrainSpec):
     from sentence_transformers import SentenceTransformerTrainingArguments
 
     checkpoints = spec.save_steps is not None
-    return SentenceTransformerTrainingArguments(
+    chosen = dict(
         output_dir=spec.output_dir,
         max_steps=spec.steps,
         per_device_train_batch_size=spec.batch_size,
@@ -117,8 +117,27 @@ def trainer_arguments(spec: TrainSpec):
         disable_tqdm=not spec.progress_bar,
         eval_strategy="steps" if spec.eval_steps else "no",
         eval_steps=spec.eval_steps,
-        **spec.extra,
     )
+    _check_extra(spec.extra, chosen, SentenceTransformerTrainingArguments)
+    return SentenceTransformerTrainingArguments(**chosen, **spec.extra)
+
+
+def _check_extra(extra: dict[str, Any], chosen: dict[str, Any], arguments_class) -> None:
+    """Refuse ``extra`` keys the spec already sets (a second value would silently win or clash) and keys that are no
+    Trainer argument (a typo), naming the allowed alternatives."""
+    clash = sorted(set(extra) & set(chosen))
+    if clash:
+        raise ValueError(
+            f"TrainSpec.extra sets {', '.join(clash)}, which the spec itself sets: use the TrainSpec field for it "
+            f"(extra is for the Trainer arguments the spec does not choose)"
+        )
+    known = {f.name for f in fields(arguments_class)}
+    unknown = sorted(set(extra) - known)
+    if unknown:
+        raise ValueError(
+            f"TrainSpec.extra has {', '.join(unknown)}, which is no argument of {arguments_class.__name__}; "
+            "allowed: its fields, e.g. gradient_accumulation_steps, fp16, optim"
+        )
 
 
 def train(
