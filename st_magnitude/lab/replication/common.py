@@ -232,10 +232,17 @@ def pooled_auc_statistic(pools: dict[str, Any], n_queries: int | None = None) ->
         if n_queries is not None and len(grouped) != n_queries:
             raise ValueError(f"auc_pools hold {len(grouped)} queries, the per-query scores {n_queries}")
         return grouped
-    pos, neg = np.asarray(pools["positives"]), np.asarray(pools["negatives"])
+    pos, neg = np.asarray(pools["positives"], dtype=float), np.asarray(pools["negatives"], dtype=float)
     pq, nq = np.asarray(pools["positive_query"], dtype=int), np.asarray(pools["negative_query"], dtype=int)
     if n_queries is None:
         n_queries = int(max(pq.max(initial=-1), nq.max(initial=-1))) + 1
+    for kind, scores, query in (("positive", pos, pq), ("negative", neg, nq)):
+        if scores.shape != query.shape or scores.ndim != 1:
+            raise ValueError(f"auc_pools: {kind}s and {kind}_query must be lists of one length")
+        if not np.isfinite(scores).all():
+            raise ValueError(f"auc_pools: every {kind} score must be a finite number")
+        if query.size and (query.min() < 0 or query.max() >= n_queries):
+            raise ValueError(f"auc_pools: {kind}_query must lie in [0, {n_queries}), the queries scored")
     return QueryPools([pos[pq == i] for i in range(n_queries)], [neg[nq == i] for i in range(n_queries)])
 
 

@@ -58,3 +58,22 @@ def test_compact_pools_give_the_same_bootstrap_statistic():
     for _ in range(10):
         idx = rng.integers(0, n, n)
         assert auc_stat(compact, idx) == auc_stat(flat, idx)
+
+
+def test_raw_pools_with_a_query_outside_the_scored_ones_or_a_bad_score_are_refused():
+    import pytest
+
+    from st_magnitude.lab.replication.common import pooled_auc_statistic
+
+    good = {"positives": [0.5, 0.2], "negatives": [0.1, 0.3], "positive_query": [0, 1], "negative_query": [0, 1]}
+    assert len(pooled_auc_statistic(good, 2)) == 2
+    bad = {
+        "a query past the scored ones would be dropped": ({"negative_query": [0, 2]}, r"negative_query must lie in"),
+        "a negative query index": ({"positive_query": [-1, 1]}, r"positive_query must lie in \[0, 2\)"),
+        "a NaN score": ({"positives": [float("nan"), 0.2]}, r"every positive score must be a finite number"),
+        "lengths that differ": ({"negatives": [0.1]}, r"negatives and negative_query must be lists of one length"),
+    }
+    for why, (change, message) in bad.items():
+        with pytest.raises(ValueError, match=message):
+            pooled_auc_statistic({**good, **change}, 2)
+            pytest.fail(why)
