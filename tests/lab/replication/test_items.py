@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_claim_rules import DIMS, dim_seeds, table5_seeds
+from test_claim_rules import DIMS, dim_seeds, revela_seeds, table5_seeds
 
 from st_magnitude._trust.errors import InputFileError
 from st_magnitude.lab.replication.claims import get_claim
@@ -53,6 +53,7 @@ def _intervals(decision: dict) -> dict:
     [
         ("003", lambda: dim_seeds(lambda d: 100.0 / d**1.7 + 4.5), {"fit_bootstrap": 0, "dims": DIMS}),
         ("000-table5", lambda: table5_seeds(cosine=0.3, base=1.0, one_sided={"sent1norm@0.01": 3.0}), {"n_boot": 50}),
+        ("004", lambda: revela_seeds(gain=0.1, random_gain=0.0, signal=-0.05), {}),
     ],
 )
 def test_a_summary_and_its_items_file_recompute_every_interval(tmp_path, claim_id, seeds, settings):
