@@ -109,7 +109,7 @@ def merge_runs(
 
     name = run_name(record["claim"], record["profile"], record.get("tag"))
     if results is not None:
-        check_replace(Path(results) / f"{name}.json", len(seeds), force)
+        check_replace(Path(results) / f"{name}.json", len(seeds), force, record)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     full_path = Path(out) / f"{name}-{stamp}-merged.json"
     write_json_atomic(full_path, record, indent=1)

@@ -68,9 +68,10 @@ with); rebuild this page and the forest plot with `st-magnitude replicate --repo
 docs/replication/results` (`--report` writes only the page it names, and `replication/forest.png` beside it). A run
 writes its full JSON (per-seed, per-arm, per-query scores and pooled-AUC pools, so every interval can be recomputed)
 to `--output` (default `runs/replication/`, ignored by git), and the small summary this page is built from only when
-asked: `--results docs/replication/results` (a summary with more seeds is not replaced without `--force`). Beside
-each summary written from per-item values it writes `<summary>.items.json.gz`: those values per seed and arm, so
-anyone can recompute every interval (`st_magnitude.lab.replication.items.recompute(summary_path)`;
+asked: `--results docs/replication/results` (a summary with more seeds is not replaced without `--force`, and
+replacing one made under other settings, device or torch is named in a warning). Beside each summary written from
+per-item values it writes `<summary>.items.json.gz`: those values per seed and arm, so anyone can recompute every
+interval (`st_magnitude.lab.replication.items.recompute(summary_path)`;
 `tests/lab/replication/test_items.py` does it for every committed result that has the file). `st-magnitude replicate
 --redecide` on a summary without that file judges its stored comparisons again under the current rule (statements,
 margins, Holm); the intervals stay the run's. Costs are the recorded ones: CPU-seconds of the run's process and its

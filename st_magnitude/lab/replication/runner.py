@@ -7,7 +7,8 @@ Two files per run:
   continued from it by the next run of the same configuration (:mod:`st_magnitude.lab.replication.resume`).
 - ``RESULTS/<claim>-<profile>.json``, only when ``results`` is given — the same without the per-item arrays (small;
   ``docs/replication.md`` is generated from these by ``st-magnitude replicate --report docs/replication.md``). A
-  summary that holds more seeds than the new run is not replaced unless ``force``.
+  summary that holds more seeds than the new run is not replaced unless ``force``; replacing one made under other
+  settings, device or torch logs a warning naming what differs.
 
 A run holds ``OUT/.<claim>-<profile>[-<tag>]-seed<k>.lock`` for each of its seeds (:func:`seed_locks`): the same
 command started twice refuses, while parts with other seeds run beside it; each new run writes a file of its own,
@@ -47,7 +48,7 @@ from st_magnitude.lab.replication.claims import get_claim
 from st_magnitude.lab.replication.common import Context
 from st_magnitude.lab.replication.items import PER_ITEM_KEYS, write_items
 from st_magnitude.lab.replication.overrides import apply_overrides
-from st_magnitude.lab.replication.resume import find_resumable
+from st_magnitude.lab.replication.resume import find_resumable, run_differences
 from st_magnitude.lab.replication.run_file import RULE_INPUT_ERRORS, read_run, refuse_unreadable_decision
 
 logger = logging.getLogger(__name__)
@@ -65,25 +66,44 @@ def run_name(claim_id: str, profile: str, tag: str | None) -> str:
     return "-".join(parts + ([check_name(tag, "tag")] if tag is not None else []))
 
 
-def existing_seeds(path: Path) -> int | None:
-    """The number of seeds of the finished result at ``path`` (None when there is none); a file there that is not
-    a run record is an :class:`~st_magnitude._trust.InputFileError` naming it."""
+def _finished(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     rec = read_run(path)
-    return len(rec["seeds"]) if rec["status"] == "finished" else None
+    return rec if rec["status"] == "finished" else None
 
 
-def check_replace(path: Path, seeds: int, force: bool) -> None:
-    """Refuse to replace a finished result that has more seeds than ``seeds`` (weaker evidence) unless ``force``."""
-    if force:
+def check_replace(path: Path, seeds: int, force: bool, record: dict[str, Any] | None = None) -> None:
+    """Refuse to replace a finished result that has more seeds than ``seeds`` (weaker evidence), or a file that is no
+    run record, unless ``force``.
+
+    With the new ``record``, a replaced result that differs from it in anything that changes a seed's numbers
+    (settings, bf16, device, GPU, torch) is named in a warning: the page then shows another run, not a re-run."""
+    try:
+        existing = _finished(path)
+    except InputFileError:
+        if not force:
+            raise
+        logger.warning("%s: replacing a file that is no readable run record (--force)", path)
         return
-    have = existing_seeds(path)
-    if have is not None and have > seeds and not force:
+    if existing is None:
+        return
+    have = len(existing["seeds"])
+    if have > seeds and not force:
         raise ValueError(
             f"{path} holds a finished {have}-seed result; this run has {seeds} seed(s) and would replace it with "
             "weaker evidence. Pass --force to replace it, or leave out --results (the run then writes only to "
             "--output)"
+        )
+    differ = run_differences(existing, record) if record is not None else []
+    if differ:
+        logger.warning(
+            "%s: replacing a finished %d-seed result (finished %s) with a run that differs in %s; the old result "
+            "is gone from this folder (git keeps it if it was committed)",
+            path,
+            have,
+            existing.get("finished_utc", "at an unrecorded time"),
+            ", ".join(differ),
         )
 
 
@@ -307,7 +327,8 @@ def _run_seeds(
     write_json_atomic(full_path, record, indent=1)
     record["full_result"] = str(full_path)
     if results is not None:
-        check_replace(Path(results) / f"{name}.json", seeds, force)  # a run beside this one may have written since
+        # again: a run beside this one may have written since
+        check_replace(Path(results) / f"{name}.json", seeds, force, record)
         record["summary_result"] = str(Path(results) / f"{name}.json")
         write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
         write_items(record, Path(results) / f"{name}.json")

@@ -77,6 +77,18 @@ def test_a_summary_with_more_seeds_is_not_replaced_without_force(stub, tmp_path)
     assert len(json.loads((results / "001-cpu.json").read_text())["seeds"]) == 1
 
 
+def test_replacing_a_result_made_under_other_settings_is_named(stub, tmp_path, caplog):
+    results = tmp_path / "results"
+    runner.run_claim("001", seeds=1, results=results, **stub)
+    caplog.set_level("WARNING", logger="st_magnitude")
+    runner.run_claim("001", seeds=1, results=results, **stub)  # a re-run: nothing to say
+    assert not [r for r in caplog.records if "replacing" in r.getMessage()]
+    runner.run_claim("001", seeds=1, results=results, overrides={"steps": 2}, **stub)
+    (warned,) = [r.getMessage() for r in caplog.records if "replacing" in r.getMessage()]
+    assert "replacing a finished 1-seed result" in warned and "differs in settings" in warned
+    assert json.loads((results / "001-cpu.json").read_text())["settings"]["steps"] == 2
+
+
 def test_cli_prints_where_it_writes_and_list_shows_recorded_cost(stub, tmp_path, capsys, monkeypatch):
     from st_magnitude.cli import main
 
