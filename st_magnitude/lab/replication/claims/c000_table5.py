@@ -62,7 +62,10 @@ def _average_ranks(x) -> np.ndarray:
 def spearman(pred, labels) -> float:
     """Spearman's ρ: Pearson's r of the average ranks (what ``scipy.stats.spearmanr`` computes, without its per-call
     overhead — the bootstrap calls it tens of thousands of times)."""
-    a, b = _average_ranks(pred), _average_ranks(labels)
+    return _pearson(_average_ranks(pred), _average_ranks(labels))
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a - a.mean(), b - b.mean()
     denom = float(np.sqrt((a @ a) * (b @ b)))
     return float(a @ b / denom) if denom > 0 else float("nan")
@@ -211,15 +214,25 @@ def judge(decision: dict, settings: dict) -> dict:
 
 
 def decide(seeds: list[dict], settings: dict) -> dict:
-    labels = np.asarray(seeds[0]["labels"])
+    labels = np.asarray(seeds[0]["labels"], dtype=np.float64)
+    held: dict[str, np.ndarray | None] = {"idx": None, "ranks": None}
 
-    def stat(pred, idx):
-        return spearman(np.asarray(pred)[idx], labels[idx])
+    def label_ranks(idx: np.ndarray) -> np.ndarray:
+        # the two arms of a paired difference are scored on the same resample: rank its labels once
+        if held["idx"] is None or not np.array_equal(held["idx"], idx):
+            held["idx"], held["ranks"] = np.array(idx, copy=True), _average_ranks(labels[idx])
+        return held["ranks"]
+
+    def stat(pred, idx):  # Spearman's ρ of the resampled pairs, as spearman(pred[idx], labels[idx])
+        return _pearson(_average_ranks(pred[idx]), label_ranks(idx))
+
+    def predictions(arm: str) -> list[np.ndarray]:
+        return [np.asarray(s["arms"][arm]["sts-b"]["predictions"], dtype=np.float64) for s in seeds]
 
     def cmp(a: str, b: str) -> stats.ArmComparison:
         return stats.compare_arms(
-            [s["arms"][a]["sts-b"]["predictions"] for s in seeds],
-            [s["arms"][b]["sts-b"]["predictions"] for s in seeds],
+            predictions(a),
+            predictions(b),
             statistic=stat,
             metric="Spearman (STS-B test)",
             arm_a=a,
