@@ -2,8 +2,10 @@
 
 Chroma embeds added documents with ``__call__`` and query texts with ``embed_query``: here ``encode_document`` and
 ``encode_query``. :func:`chroma_collection` creates the collection in the space that keeps the model's ranking
-(``ip`` by default; ``cosine`` / ``l2`` only for a model that ranks as trained under them) and with HNSW search
-parameters (``ef_search``) large enough that the approximate search returns the exact top-k on small collections.
+(``ip`` by default; ``cosine`` / ``l2`` only for a model that ranks as trained under them). Chroma's HNSW index is
+approximate: under ``ip`` (not a metric) a document can be left out of the graph's reach even when ``ef_search`` is
+larger than the collection, so ``chroma_collection`` takes ``max_neighbors`` too; the agreement check's
+:func:`index_and_search` makes its graph complete, so it measures the space, not HNSW's recall.
 """
 
 from __future__ import annotations
@@ -62,16 +64,34 @@ class MagnitudeChromaEmbeddingFunction(_types.EmbeddingFunction):
 
 
 def chroma_collection(
-    client: Any, name: str, model: Any, space: str | None = None, ef_search: int = 1000, batch_size: int = 32
+    client: Any,
+    name: str,
+    model: Any,
+    space: str | None = None,
+    ef_search: int = 1000,
+    max_neighbors: int = 16,
+    batch_size: int = 32,
 ) -> Any:
     """``client.create_collection`` with the role-routing embedding function and a space that keeps the ranking.
 
     ``space``: ``ip`` / ``cosine`` / ``l2`` (default: the first of ip, cosine, l2 that keeps it); one that does not
-    is refused. ``ef_search`` (HNSW's candidate list) at least the collection size makes the search exhaustive.
+    is refused. ``ef_search`` (HNSW's candidate list, also used while building) and ``max_neighbors`` (links per
+    document; Chroma's default 16) set the recall of the approximate search. ``ef_search`` at least the collection
+    size visits every document the graph reaches; under ``ip`` a document can still be unreachable (now and then in a
+    60-document toy collection with 16 links). ``max_neighbors`` at least the collection size links every pair, and
+    the search is exhaustive.
     """
+    for key, value in (("ef_search", ef_search), ("max_neighbors", max_neighbors)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"chroma_collection: {key} must be a positive integer, got {value!r}")
     metric = best_metric(model, prefer=tuple(_STACK.metrics)) if space is None else space
     canonical = store_metric(model, metric, _STACK.title)
-    hnsw = {"space": _STACK.metrics[canonical], "ef_search": ef_search, "ef_construction": ef_search}
+    hnsw = {
+        "space": _STACK.metrics[canonical],
+        "ef_search": ef_search,
+        "ef_construction": ef_search,
+        "max_neighbors": max_neighbors,
+    }
     return client.create_collection(
         name, embedding_function=MagnitudeChromaEmbeddingFunction(model, batch_size), configuration={"hnsw": hnsw}
     )
@@ -79,12 +99,17 @@ def chroma_collection(
 
 def index_and_search(model: Any, queries: list[str], documents: list[str], k: int, metric: str | None) -> list:
     """The agreement check's path (:func:`st_magnitude.serving.agreement.stack_ranking`): an ephemeral client, a
-    :func:`chroma_collection`, ``add`` the documents, ``query`` with the texts."""
+    :func:`chroma_collection` whose HNSW graph links every pair of documents (``max_neighbors`` and ``ef_search`` at
+    least the collection size: an exhaustive search, so the check measures the space, not HNSW's recall), ``add``
+    the documents, ``query`` with the texts."""
     import chromadb
     from chromadb.config import Settings
 
     client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
-    col = chroma_collection(client, f"c{uuid.uuid4().hex[:12]}", model, metric)
+    size = max(len(documents), 16)
+    col = chroma_collection(
+        client, f"c{uuid.uuid4().hex[:12]}", model, metric, ef_search=max(size, 1000), max_neighbors=size
+    )
     col.add(ids=[str(i) for i in range(len(documents))], documents=documents)
     res = col.query(query_texts=queries, n_results=k)
     client.delete_collection(col.name)

@@ -90,3 +90,22 @@ def test_metric_choice(models):
         best_metric(qnorm, prefer=("cosine",))
     with pytest.raises(ValueError, match="stack must be one of"):
         stack_ranking("faiss", qnorm, ["a"], ["b"])
+
+
+def test_chroma_collection_sets_and_checks_its_hnsw_recall_settings(models):
+    """``max_neighbors`` and ``ef_search`` reach Chroma's HNSW configuration; a value Chroma would reject later (or
+    take as a float) is refused at the call, naming the parameter."""
+    need("chroma")
+    import chromadb
+    from chromadb.config import Settings
+
+    from st_magnitude.serving.chroma import chroma_collection
+
+    client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+    col = chroma_collection(client, "recall-settings", models["qnorm"][0], ef_search=64, max_neighbors=40)
+    hnsw = col.configuration["hnsw"]
+    assert (hnsw["space"], hnsw["ef_search"], hnsw["ef_construction"], hnsw["max_neighbors"]) == ("ip", 64, 64, 40)
+    client.delete_collection(col.name)
+    for key, bad in (("max_neighbors", 0), ("ef_search", -1), ("max_neighbors", 16.0), ("ef_search", True)):
+        with pytest.raises(ValueError, match=f"{key} must be a positive integer"):
+            chroma_collection(client, "refused", models["qnorm"][0], **{key: bad})
