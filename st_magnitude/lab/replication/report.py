@@ -72,7 +72,7 @@ asked: `--results docs/replication/results` (a summary with more seeds is not re
 replacing one made under other settings, device or torch is named in a warning). Beside each summary written from
 per-item values it writes `<summary>.items.json.gz`: those values per seed and arm, so anyone can recompute every
 interval (`st_magnitude.lab.replication.items.recompute(summary_path)`;
-`tests/lab/replication/test_items.py` does it for every committed result that has the file). `st-magnitude replicate
+`tests/lab/replication/test_items.py` does it for every committed result: each has its file). `st-magnitude replicate
 --redecide` on a summary without that file judges its stored comparisons again under the current rule (statements,
 margins, Holm); the intervals stay the run's. Costs are the recorded ones: CPU-seconds of the run's process and its
 children (`resource.getrusage`), wall time, and the load average at start → end (in each result's section).
