@@ -1,6 +1,6 @@
 """Fast bootstrap statistics of the claims against their references: the pooled AUC from query × query pair counts
 equals ranking the concatenated pools of the resampled queries (:func:`st_magnitude.evaluation.pooled_auc_score`,
-itself equal to sklearn); the table-5 Spearman equals scipy's."""
+itself equal to sklearn); the table-5 Spearman and its resample ranks equal scipy's."""
 
 from __future__ import annotations
 
@@ -37,6 +37,22 @@ def test_table5_spearman_equals_scipy_with_ties():
     for _ in range(10):
         a, b = np.round(rng.normal(size=50), 1), np.round(rng.normal(size=50), 1)
         assert np.isclose(spearman(a, b), spearmanr(a, b).statistic, rtol=0, atol=1e-12)
+
+
+def test_table5_resample_ranks_equal_scipy_rankdata_of_the_resample():
+    """The bootstrap's ranks of ``x[idx]`` (no sort per resample) are scipy's average ranks of ``x[idx]``, for
+    resamples with repeats, delete-one index sets and values with ties."""
+    from scipy.stats import rankdata
+
+    from st_magnitude.lab.replication.claims.c000_table5 import _ResampleRanks
+
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        n = int(rng.integers(2, 40))
+        x = np.round(rng.normal(size=n), int(rng.integers(0, 2)))  # 0 or 1 decimals: many ties
+        ranks = _ResampleRanks(x)
+        for idx in (rng.integers(0, n, n), np.delete(np.arange(n), rng.integers(0, n)), np.arange(n)):
+            assert np.array_equal(ranks(idx), rankdata(x[idx]))
 
 
 def test_compact_pools_give_the_same_bootstrap_statistic():

@@ -59,6 +59,23 @@ def _average_ranks(x) -> np.ndarray:
     return ranks
 
 
+class _ResampleRanks:
+    """Average ranks of ``x[idx]`` for many index sets ``idx`` of one vector ``x``, without a sort per call.
+
+    ``x``'s distinct values are sorted once; for a resample, ``c[v]`` counts how often value ``v`` was drawn and the
+    ``c[v]`` copies share the average of ranks ``C[v] − c[v] + 1 … C[v]`` (``C`` the running count), that is
+    ``C[v] − (c[v] − 1) / 2``: the ranks :func:`_average_ranks` gives ``x[idx]``, exactly."""
+
+    def __init__(self, x) -> None:
+        values, self.code = np.unique(np.asarray(x, dtype=np.float64), return_inverse=True)
+        self.n_values = len(values)
+
+    def __call__(self, idx: np.ndarray) -> np.ndarray:
+        code = self.code[idx]
+        counts = np.bincount(code, minlength=self.n_values)
+        return (np.cumsum(counts) - (counts - 1) / 2.0)[code]
+
+
 def spearman(pred, labels) -> float:
     """Spearman's ρ: Pearson's r of the average ranks (what ``scipy.stats.spearmanr`` computes, without its per-call
     overhead — the bootstrap calls it tens of thousands of times)."""
@@ -214,17 +231,14 @@ def judge(decision: dict, settings: dict) -> dict:
 
 
 def decide(seeds: list[dict], settings: dict) -> dict:
-    labels = np.asarray(seeds[0]["labels"], dtype=np.float64)
-    held: dict[str, np.ndarray | None] = {"idx": None, "ranks": None}
-
-    def label_ranks(idx: np.ndarray) -> np.ndarray:
-        # the two arms of a paired difference are scored on the same resample: rank its labels once
-        if held["idx"] is None or not np.array_equal(held["idx"], idx):
-            held["idx"], held["ranks"] = np.array(idx, copy=True), _average_ranks(labels[idx])
-        return held["ranks"]
+    label_ranks = _ResampleRanks(seeds[0]["labels"])
+    pred_ranks: dict[int, tuple[np.ndarray, _ResampleRanks]] = {}  # per predictions array (kept alive, so ids stay)
 
     def stat(pred, idx):  # Spearman's ρ of the resampled pairs, as spearman(pred[idx], labels[idx])
-        return _pearson(_average_ranks(pred[idx]), label_ranks(idx))
+        held = pred_ranks.get(id(pred))
+        if held is None or held[0] is not pred:
+            held = pred_ranks[id(pred)] = (pred, _ResampleRanks(pred))
+        return _pearson(held[1](idx), label_ranks(idx))
 
     def predictions(arm: str) -> list[np.ndarray]:
         return [np.asarray(s["arms"][arm]["sts-b"]["predictions"], dtype=np.float64) for s in seeds]
