@@ -1,10 +1,11 @@
 """Fast bootstrap statistics of the claims against their references: the pooled AUC from query × query pair counts
 equals ranking the concatenated pools of the resampled queries (:func:`st_magnitude.evaluation.pooled_auc_score`,
-itself equal to sklearn); the table-5 Spearman and its resample ranks equal scipy's."""
+itself equal to sklearn); the table-5 bootstrap's ranks and Spearman equal scipy's."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from st_magnitude.evaluation.auc import pooled_auc_score
 from st_magnitude.lab.replication.common import QueryPools, auc_stat
@@ -28,31 +29,26 @@ def test_pair_count_auc_equals_the_concatenated_pools_with_ties_and_empty_querie
                 assert np.isclose(auc_stat(pools, idx), pooled_auc_score(pos, neg), rtol=0, atol=1e-12), trial
 
 
-def test_table5_spearman_equals_scipy_with_ties():
-    from scipy.stats import spearmanr
+@pytest.mark.filterwarnings("ignore:An input array is constant")  # a constant resample: NaN on both sides
+def test_table5_bootstrap_statistic_is_scipy_spearman_of_the_resample():
+    """The bootstrap's ranks of ``x[idx]`` (no sort per resample) are scipy's average ranks of ``x[idx]``, and the
+    statistic on them is scipy's Spearman of the resampled pairs, for resamples with repeats, delete-one index sets
+    and values with ties; a NaN has no rank and is refused, naming what holds it."""
+    from scipy.stats import rankdata, spearmanr
 
-    from st_magnitude.lab.replication.claims.c000_table5 import spearman
-
-    rng = np.random.default_rng(1)
-    for _ in range(10):
-        a, b = np.round(rng.normal(size=50), 1), np.round(rng.normal(size=50), 1)
-        assert np.isclose(spearman(a, b), spearmanr(a, b).statistic, rtol=0, atol=1e-12)
-
-
-def test_table5_resample_ranks_equal_scipy_rankdata_of_the_resample():
-    """The bootstrap's ranks of ``x[idx]`` (no sort per resample) are scipy's average ranks of ``x[idx]``, for
-    resamples with repeats, delete-one index sets and values with ties."""
-    from scipy.stats import rankdata
-
-    from st_magnitude.lab.replication.claims.c000_table5 import _ResampleRanks
+    from st_magnitude.lab.replication.claims.c000_table5 import _pearson, _ResampleRanks
 
     rng = np.random.default_rng(3)
     for _ in range(30):
-        n = int(rng.integers(2, 40))
-        x = np.round(rng.normal(size=n), int(rng.integers(0, 2)))  # 0 or 1 decimals: many ties
-        ranks = _ResampleRanks(x)
+        n = int(rng.integers(3, 40))
+        x, y = (np.round(rng.normal(size=n), int(rng.integers(0, 2))) for _ in range(2))  # 0/1 decimals: ties
+        rx, ry = _ResampleRanks(x, "x"), _ResampleRanks(y, "y")
         for idx in (rng.integers(0, n, n), np.delete(np.arange(n), rng.integers(0, n)), np.arange(n)):
-            assert np.array_equal(ranks(idx), rankdata(x[idx]))
+            assert np.array_equal(rx(idx), rankdata(x[idx]))
+            ours, want = _pearson(rx(idx), ry(idx)), spearmanr(x[idx], y[idx]).statistic
+            assert np.isclose(ours, want, rtol=0, atol=1e-12, equal_nan=True)  # NaN both: a constant resample
+    with pytest.raises(ValueError, match="dot predictions: 1 of 3 values are NaN or inf"):
+        _ResampleRanks([0.1, float("nan"), 0.3], "dot predictions")
 
 
 def test_compact_pools_give_the_same_bootstrap_statistic():

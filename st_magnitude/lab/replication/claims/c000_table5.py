@@ -48,27 +48,23 @@ class ScaledScoreMSELoss(nn.Module):
         return nn.functional.mse_loss(self.scale * (e1 * e2).sum(-1), labels.to(e1.dtype))
 
 
-def _average_ranks(x) -> np.ndarray:
-    """1-based ranks, ties sharing their average rank (``scipy.stats.rankdata(x)``)."""
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1], True])
-    ranks = np.empty(len(x))
-    ranks[order] = np.repeat((starts[:-1] + starts[1:] + 1) / 2.0, np.diff(starts))
-    return ranks
-
-
 class _ResampleRanks:
-    """Average ranks of ``x[idx]`` for many index sets ``idx`` of one vector ``x``, without a sort per call.
+    """Average ranks (``scipy.stats.rankdata``) of ``x[idx]`` for the many index sets ``idx`` of one vector ``x`` that
+    the bootstrap and the jackknife draw, without a sort per call.
 
     ``x``'s distinct values are sorted once; for a resample, ``c[v]`` counts how often value ``v`` was drawn and the
     ``c[v]`` copies share the average of ranks ``C[v] − c[v] + 1 … C[v]`` (``C`` the running count), that is
-    ``C[v] − (c[v] − 1) / 2``: the ranks :func:`_average_ranks` gives ``x[idx]``, exactly."""
+    ``C[v] − (c[v] − 1) / 2``. A non-finite value has no rank: it is refused."""
 
-    def __init__(self, x) -> None:
-        values, self.code = np.unique(np.asarray(x, dtype=np.float64), return_inverse=True)
+    def __init__(self, x, what: str) -> None:
+        x = np.asarray(x, dtype=np.float64)
+        if not np.isfinite(x).all():
+            raise ValueError(f"{what}: {int((~np.isfinite(x)).sum())} of {len(x)} values are NaN or inf")
+        values, self.code = np.unique(x, return_inverse=True)
         self.n_values = len(values)
+
+    def __len__(self) -> int:
+        return len(self.code)
 
     def __call__(self, idx: np.ndarray) -> np.ndarray:
         code = self.code[idx]
@@ -77,9 +73,10 @@ class _ResampleRanks:
 
 
 def spearman(pred, labels) -> float:
-    """Spearman's ρ: Pearson's r of the average ranks (what ``scipy.stats.spearmanr`` computes, without its per-call
-    overhead — the bootstrap calls it tens of thousands of times)."""
-    return _pearson(_average_ranks(pred), _average_ranks(labels))
+    """Spearman's ρ of the predictions against the labels (``scipy.stats.spearmanr``; NaN where a prediction is)."""
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(np.asarray(pred, dtype=np.float64), np.asarray(labels, dtype=np.float64)).statistic)
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
@@ -231,17 +228,16 @@ def judge(decision: dict, settings: dict) -> dict:
 
 
 def decide(seeds: list[dict], settings: dict) -> dict:
-    label_ranks = _ResampleRanks(seeds[0]["labels"])
-    pred_ranks: dict[int, tuple[np.ndarray, _ResampleRanks]] = {}  # per predictions array (kept alive, so ids stay)
+    label_ranks = _ResampleRanks(seeds[0]["labels"], "STS-B test labels")
 
-    def stat(pred, idx):  # Spearman's ρ of the resampled pairs, as spearman(pred[idx], labels[idx])
-        held = pred_ranks.get(id(pred))
-        if held is None or held[0] is not pred:
-            held = pred_ranks[id(pred)] = (pred, _ResampleRanks(pred))
-        return _pearson(held[1](idx), label_ranks(idx))
+    def stat(pred_ranks: _ResampleRanks, idx):  # Spearman's ρ of the resampled pairs: spearman(pred[idx], labels[idx])
+        return _pearson(pred_ranks(idx), label_ranks(idx))
 
-    def predictions(arm: str) -> list[np.ndarray]:
-        return [np.asarray(s["arms"][arm]["sts-b"]["predictions"], dtype=np.float64) for s in seeds]
+    def predictions(arm: str) -> list[_ResampleRanks]:  # each seed's predictions, as compare_arms' per-item values
+        return [
+            _ResampleRanks(s["arms"][arm]["sts-b"]["predictions"], f"{arm} predictions, seed {s.get('seed', i)}")
+            for i, s in enumerate(seeds)
+        ]
 
     def cmp(a: str, b: str) -> stats.ArmComparison:
         return stats.compare_arms(
