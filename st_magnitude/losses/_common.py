@@ -173,6 +173,12 @@ class FamilyLoss(nn.Module):
     #: scored with a member of the similarity family (``similarity=`` argument, converted models detected); the
     #: NAP-tapped losses score with the similarities their paper fixes (cosine, sim_TN) and set it False
     resolves_similarity: bool = True
+    #: host reads (``.item()``, ``float(t)``, ``bool(t)``, a ``nonzero``: each a device sync on an accelerator) one
+    #: training step of this loss makes in its own code, forward and backward, once past the checks of the first
+    #: calls (the duplicate-positive check runs on the first calls, the finiteness flag is read every
+    #: ``FINITE_CHECK_INTERVAL`` calls); statistics stay on the device until they are logged.
+    #: ``tests/losses/test_host_reads.py`` counts them on the CPU for every registered loss and fails above this.
+    host_reads_per_step: int = 0
 
     def __init__(
         self, model: nn.Module, similarity: str | Similarity | None = None, gather_across_devices: bool = False
@@ -314,6 +320,11 @@ class CachedLoss(CachedLossMixin, nn.Module):
         if with_backward:
             self.loss.finish_batch(batch)
         return total
+
+    @property
+    def host_reads_per_step(self) -> int:
+        """The wrapped loss's (:attr:`FamilyLoss.host_reads_per_step`): the twin adds none of its own."""
+        return self.loss.host_reads_per_step
 
     def get_config_dict(self) -> dict[str, Any]:
         return {

@@ -24,7 +24,7 @@ from st_magnitude.modules.nap_head import NAPHead, NAPInputTap, modality_key
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["L2DIR_CITATION", "CachedNAPLoss", "NAPLoss", "default_nap_head", "length_stats"]
+__all__ = ["L2DIR_CITATION", "CachedNAPLoss", "NAPLoss", "default_nap_head", "length_stats", "read_stats"]
 
 
 L2DIR_CITATION = """
@@ -40,18 +40,29 @@ L2DIR_CITATION = """
 """
 
 
-def length_stats(anchor: Tensor, positive: Tensor) -> dict[str, float]:
-    """Positive-pair length ratio ‖a‖/‖p‖ (the quantity the paper tracks in §5.1 / Fig. 5)."""
+def length_stats(anchor: Tensor, positive: Tensor) -> dict[str, Tensor]:
+    """Positive-pair length ratio ‖a‖/‖p‖ (the quantity the paper tracks in §5.1 / Fig. 5), as 0-d tensors on the
+    inputs' device: nothing is read on the host here (see :meth:`NAPLoss.pop_stats`)."""
     with torch.no_grad():
-        a = torch.linalg.vector_norm(anchor.float(), dim=-1)
-        p = torch.linalg.vector_norm(positive.float(), dim=-1).clamp_min(1e-12)
+        a = torch.linalg.vector_norm(anchor.detach().float(), dim=-1)
+        p = torch.linalg.vector_norm(positive.detach().float(), dim=-1).clamp_min(1e-12)
         ratio = a / p
         return {
-            "length_ratio_mean": float(ratio.mean()),
-            "length_ratio_std": float(ratio.std()) if ratio.numel() > 1 else 0.0,
-            "anchor_norm_mean": float(a.mean()),
-            "positive_norm_mean": float(p.mean()),
+            "length_ratio_mean": ratio.mean(),
+            "length_ratio_std": ratio.std() if ratio.numel() > 1 else ratio.new_zeros(()),
+            "anchor_norm_mean": a.mean(),
+            "positive_norm_mean": p.mean(),
         }
+
+
+def read_stats(stats: dict[str, Tensor]) -> dict[str, float]:
+    """``{name: 0-d tensor}`` as Python floats, in one host read (one device sync on an accelerator)."""
+    if not stats:
+        return {}
+    values = list(stats.values())
+    device = values[0].device
+    numbers = torch.stack([v.detach().float().to(device).reshape(()) for v in values]).tolist()
+    return dict(zip(stats, numbers))
 
 
 def default_nap_head(model: nn.Module, tap: NAPInputTap, hidden_features: int | None = None) -> NAPHead:
@@ -80,6 +91,9 @@ class NAPLoss(FamilyLoss):
     #: the loss also scores the model's (normalized) embedding, next to the tapped state (L2Dir's InfoNCE part)
     uses_embedding: bool = False
     stats_prefix = "l2dir_"
+    #: one: sim_TN's matrix form recomputes its near-aligned pairs from their difference, and gathering them
+    #: (``nonzero``: as many as there are) waits for the device (:class:`~st_magnitude.similarity.TNSimilarity`)
+    host_reads_per_step = 1
 
     def __init__(
         self,
@@ -119,18 +133,30 @@ class NAPLoss(FamilyLoss):
         modalities = modalities or ["text"] * len(states)
         return [head.project(x, m) for x, m in zip(states, modalities)]
 
-    def _record_stats(self, stats: dict[str, float]) -> None:
-        self.last_stats = dict(stats)
+    def _record_stats(self, stats: dict[str, Tensor | float]) -> None:
+        """Keep one batch's statistics, and their running sums since the last :meth:`pop_stats`, on the device: a
+        training step reads nothing on the host for them (they are read when logged)."""
+        values = {
+            key: value.detach().float() if isinstance(value, Tensor) else torch.tensor(float(value))
+            for key, value in stats.items()
+        }
+        self.__dict__["_last_stats"] = values
         accum = self.__dict__.setdefault("_stats_accum", {})
-        for key, value in stats.items():
-            total, count = accum.get(key, (0.0, 0))
-            accum[key] = (total + value, count + 1)
-        logger.debug("%s batch stats: %s", type(self).__name__, stats)
+        for key, value in values.items():
+            total, count = accum.get(key, (None, 0))
+            accum[key] = (value if total is None else total + value, count + 1)
+        if logger.isEnabledFor(logging.DEBUG):  # a host read, only when asked for
+            logger.debug("%s batch stats: %s", type(self).__name__, read_stats(values))
+
+    @property
+    def last_stats(self) -> dict[str, float]:
+        """The statistics of the latest batch (read on the host now)."""
+        return read_stats(self.__dict__.get("_last_stats", {}))
 
     def pop_stats(self) -> dict[str, float]:
-        """Average of the statistics recorded since the last call (and reset)."""
+        """Average of the statistics recorded since the last call (and reset): one host read for all of them."""
         accum = self.__dict__.get("_stats_accum", {})
-        out = {key: total / count for key, (total, count) in accum.items() if count}
+        out = read_stats({key: total / count for key, (total, count) in accum.items() if count})
         self.__dict__["_stats_accum"] = {}
         return out
 
@@ -208,12 +234,12 @@ class CachedNAPLoss(CachedLoss):
             return loss
         # Split the hooked total into the parts for logging; they add up to `loss` and every gradient reaches its
         # hook (the weights add up to 1).
+        # Computed on the device (no host read): each part's share of the total, equal shares when it is 0.
         values = [v.detach() for v in parts.values()]
         total = sum(values)
-        if float(total) != 0.0:
-            weights = [v / total for v in values[:-1]]
-        else:
-            weights = [torch.tensor(1.0 / len(values), device=loss.device)] * (len(values) - 1)
+        nonzero = total != 0
+        safe_total = torch.where(nonzero, total, torch.ones_like(total))
+        weights = [torch.where(nonzero, v / safe_total, 1.0 / len(values)) for v in values[:-1]]
         weights.append(1.0 - sum(weights))
         return {key: loss * w for key, w in zip(parts, weights)}
 

@@ -236,10 +236,10 @@ class L2DirLoss(NAPLoss):
         nce = info_nce_loss(embeddings[0], torch.cat(docs), temperature_tensor(self.temperature), labels=rows)
         tn = info_tn_loss(po[0], torch.cat(po_docs), self.tn_temperature, self.eps, labels=rows)
         stats = length_stats(po[0], po[1])
-        with torch.no_grad():
-            stats["positive_sim_tn"] = float(get_similarity("tn", eps=self.eps).pairwise(po[0], po[1]).mean())
-            stats["infonce_raw"] = float(nce)
-            stats["infotn_raw"] = float(tn)
+        with torch.no_grad():  # kept on the device; read when logged (pop_stats)
+            stats["positive_sim_tn"] = get_similarity("tn", eps=self.eps).pairwise(po[0], po[1]).mean()
+            stats["infonce_raw"] = nce.detach()
+            stats["infotn_raw"] = tn.detach()
         self._record_stats(stats)
         return {"infonce": self.lambda_ * nce, "infotn": (1.0 - self.lambda_) * tn}
 

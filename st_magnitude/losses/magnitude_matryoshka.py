@@ -110,6 +110,11 @@ class MagnitudeMatryoshkaLoss(nn.Module):
                 out[f"{key}_{dim}"] = weight * term
         return out
 
+    @property
+    def host_reads_per_step(self) -> int:
+        """The inner loss's host reads per step (``FamilyLoss.host_reads_per_step``), once per dimension."""
+        return len(self.matryoshka_dims) * getattr(self.loss, "host_reads_per_step", 0)
+
     def get_config_dict(self) -> dict[str, Any]:
         return {
             "loss": type(self.loss).__name__,

@@ -61,6 +61,9 @@ SCALING_CITATION = """
 
 
 class MarginContrastiveLoss(nn.Module):
+    #: host reads per training step in this loss's own code (see ``FamilyLoss.host_reads_per_step``)
+    host_reads_per_step: int = 0
+
     def __init__(
         self,
         model: nn.Module,

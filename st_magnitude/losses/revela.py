@@ -39,6 +39,11 @@ _B2_MESSAGE = (
 
 
 class RevelaLoss(nn.Module):
+    #: host reads per training step in this loss's own code (see ``FamilyLoss.host_reads_per_step``): the batch's
+    #: labels are one group, every chunk has an LM token, the one-hot Sim warning, and the in-batch term's active
+    #: (nonzero) pairs
+    host_reads_per_step: int = 4
+
     def __init__(
         self,
         model,

@@ -1,0 +1,124 @@
+"""No loss reads a tensor into Python (a host sync on a GPU) in a steady-state training step, beyond what it declares.
+
+Every registered loss, plain and cached, runs forward and backward on a tiny model on the CPU: first the calls that
+run the first-calls checks (duplicate positives), then the counted calls, with every Python entry point of a host
+read tripped by a counting patch (``helpers/host_reads.py``). The reads made by st_magnitude's own code must stay
+within the class's ``host_reads_per_step`` per call. The finiteness check takes its accelerator path (a device flag
+read every ``FINITE_CHECK_INTERVAL`` calls) so that the CPU run counts what a GPU run would.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from conftest import TINY_TRANSFORMER
+from helpers.host_reads import counting_host_reads
+
+import st_magnitude.losses as L
+from st_magnitude.losses import _batch
+from st_magnitude.losses._registry import loss_class_names
+
+SENTS = ["the protein in cancer cell", "vitamin diet and heart risk", "coffee tea sleep", "exercise weight trial"]
+NEGS = ["milk egg meat", "fish fat acid brain", "gene dose effect", "blood sugar level"]
+COUNTED_CALLS = 2
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=60, **TINY_TRANSFORMER, num_key_value_heads=2, pad_token_id=0, attn_implementation="sdpa"
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def _pairs(m):
+    return [m.preprocess(SENTS), m.preprocess([s.split()[-1] + " " + s for s in SENTS])], None
+
+
+def _triplets_with_margins(m):
+    features, _ = _pairs(m)
+    return [*features, m.preprocess(NEGS)], torch.tensor([[2.0, 1.0]] * len(SENTS))
+
+
+def _revela(m):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 60, (3, 9), generator=g)
+    lm = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    return [m.preprocess(SENTS[:3]), m.preprocess(NEGS[:3]), lm], torch.zeros(3, dtype=torch.long)
+
+
+#: every registered loss class: (build it on the model, its batch)
+BUILDERS = {
+    "PartialNormInfoNCELoss": (lambda m: L.PartialNormInfoNCELoss(m, "cosine"), _pairs),
+    "CachedPartialNormInfoNCELoss": (lambda m: L.CachedPartialNormInfoNCELoss(m, "cosine", mini_batch_size=2), _pairs),
+    "MWLoss": (lambda m: L.MWLoss(m, "cosine"), _pairs),
+    "CachedMWLoss": (lambda m: L.CachedMWLoss(m, "cosine", mini_batch_size=2), _pairs),
+    "InfoTNLoss": (lambda m: L.InfoTNLoss(m, nap_head=True, warn_collapse=False), _pairs),
+    "CachedInfoTNLoss": (
+        lambda m: L.CachedInfoTNLoss(m, nap_head=True, warn_collapse=False, mini_batch_size=2),
+        _pairs,
+    ),
+    "L2DirLoss": (lambda m: L.L2DirLoss(m), _pairs),
+    "CachedL2DirLoss": (lambda m: L.CachedL2DirLoss(m, mini_batch_size=2), _pairs),
+    "MarginContrastiveLoss": (lambda m: L.MarginContrastiveLoss(m), _triplets_with_margins),
+    "BertRecipeLoss": (lambda m: L.BertRecipeLoss(m), _triplets_with_margins),
+    "EttinRecipeLoss": (lambda m: L.EttinRecipeLoss(m), _pairs),
+    "MagnitudeMatryoshkaLoss": (
+        lambda m: L.MagnitudeMatryoshkaLoss(m, L.BertRecipeLoss(m), [32, 16]),
+        _triplets_with_margins,
+    ),
+    "RevelaLoss": (lambda m: L.RevelaLoss(m, _tiny_llama(), temperature=0.05), _revela),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_bert_dir):
+    from conftest import build_tiny_st
+
+    return build_tiny_st(tiny_bert_dir, normalize=True, dropout=0.0)
+
+
+def test_every_registered_loss_is_covered():
+    assert set(BUILDERS) == set(loss_class_names())
+
+
+def _step(loss, features, labels) -> None:
+    out = loss(features, labels)
+    total = sum(out.values()) if isinstance(out, dict) else out
+    total.backward()
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_a_steady_state_step_reads_no_more_than_the_loss_declares(tiny_model, name, monkeypatch):
+    monkeypatch.setattr(_batch, "CPU_CHECKS_EVERY_CALL", False)  # the accelerator's deferred finiteness check
+    build, batch = BUILDERS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss = build(tiny_model)
+    loss.train()
+    features, labels = batch(tiny_model)
+    for _ in range(_batch.DUPLICATE_CHECK_FIRST):  # the first calls' checks
+        _step(loss, features, labels)
+    with counting_host_reads() as sites:
+        for _ in range(COUNTED_CALLS):
+            _step(loss, features, labels)
+    declared = loss.host_reads_per_step
+    assert isinstance(declared, int) and declared >= 0
+    assert len(sites) <= declared * COUNTED_CALLS, (
+        f"{name} read tensors into Python {len(sites) / COUNTED_CALLS:g} times per step (declared {declared}): "
+        f"{sorted(set(sites))}"
+    )
+
+
+def test_the_counting_patch_sees_a_read_in_the_package_and_is_removed_after():
+    emb = [torch.randn(4, 32) for _ in range(2)]
+    unique, item = torch.unique, torch.Tensor.item
+    with counting_host_reads() as sites:
+        _batch.check_finite(emb, "X")  # the immediate check: one bool() of a flag
+        bool(torch.ones(()))  # the test's own read: not the package's
+    assert sites and all(s.startswith("st_magnitude/losses/_batch.py:") for s in sites)
+    assert "__bool__" not in vars(torch.Tensor) and torch.unique is unique and torch.Tensor.item is item
