@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from st_magnitude.evaluation._device_search import half_topk, takes_device_path
 from st_magnitude.evaluation.embeddings_store import EmbeddingStore
 from st_magnitude.similarity import PowerNormSimilarity
 
@@ -307,6 +308,11 @@ def topk_search(
     Returns:
         ``(scores, indices)``, both ``[Q, min(k, N)]``, each row ordered by score (descending) then corpus position
         (ascending); ``scores`` float32, ``indices`` int64 positions in the corpus.
+
+    On CUDA, an fp16 / bf16 tensor corpus scored by an inner product is scored in its own dtype with float32
+    accumulation (:mod:`~st_magnitude.evaluation._device_search`: no float32 copy of the corpus, one ``topk`` per
+    chunk, no host read per chunk); the scores are then those half-precision values, and equal scores are ordered by
+    corpus position as everywhere. Elsewhere (the CPU, float32 corpora, files) every score is computed in float32.
     """
     corpus = as_corpus(corpus_embeddings)
     if not isinstance(query_embeddings, Tensor):
@@ -330,8 +336,15 @@ def topk_search(
     c_rows = corpus_chunk_size or max(1024, WORKING_SCORES // max(1, min(q_block, n_queries)))
     c_rows = min(c_rows, n_docs)
     transforms = _inner_product_transforms(score_fn)
-    queries = query_embeddings.to(device=device, dtype=torch.float32)
     blocks = [(s, min(s + q_block, n_queries)) for s in range(0, n_queries, q_block)]
+    if takes_device_path(corpus, device, transforms):  # a half-precision corpus on a GPU: scored in its dtype
+        found = [
+            half_topk(query_embeddings[qs:qe].to(device), corpus, k, transforms, _topk_ordered, corpus_chunk_size)
+            for qs, qe in blocks
+        ]
+        if all(f is not None for f in found):
+            return torch.cat([f[0] for f in found]).cpu(), torch.cat([f[1] for f in found]).cpu()
+    queries = query_embeddings.to(device=device, dtype=torch.float32)
     state: list[tuple[Tensor, Tensor] | None] = [None] * len(blocks)
     n_nan = 0
     with torch.no_grad():
