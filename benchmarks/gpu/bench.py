@@ -5,15 +5,20 @@ Sections (each measured in this one process, ours and the baseline alternating, 
 * ``step``: one training step (forward, loss, backward, AdamW step) on pre-tokenized real-length batches, time and
   peak GPU memory, of PartialNormInfoNCE / MW / L2Dir (cosine) and their cached twins against ST's MNRL / CMNRL:
   all-MiniLM-L6-v2 at batch 256 and an mpnet-base-sized model at batch 64, fp32 and bf16 (autocast, as the Trainer's
-  ``bf16=True``). Goal: ours / baseline ≤ 1.03 in time and memory.
-* ``syncs``: host syncs per step (``torch.cuda.set_sync_debug_mode("warn")``, counted warnings) in the loss alone on
-  fixed embeddings (goal 0) and in the whole step (the model's own syncs counted there too, MNRL beside ours).
+  ``bf16=True``); and CachedMW against CMNRL at batch 1,024 and 4,096 (MiniLM, bf16, mini-batch 32;
+  ``sec_big_batch.py``). Goal: ours / baseline ≤ 1.03 in time and memory.
+* ``syncs``: host syncs in one steady-state step (``torch.cuda.set_sync_debug_mode("warn")``, counted warnings; the
+  step after the calls that run the first calls' duplicate check) in the loss alone on fixed embeddings (goal: the
+  loss's declared ``host_reads_per_step``, 0 for most) and in the whole step (the model's own syncs counted there
+  too, MNRL beside ours); ``sec_syncs.py``.
 * ``trainer``: steps/s of ``st-magnitude compare --full`` (bounded ``--steps``, qnorm, InfoNCE) against a plain ST
   Trainer with MNRL on the same pairs, settings and checkpoint interval.
 * ``encode``: documents/s of ``encode_document`` through a qnorm model (Router) against the plain ST model's
-  ``encode``, on real-length texts, fp16.
-* ``search``: exact top-100 search over 1M random 384-d fp16 documents on the GPU, ours (ids in, dicts out) against
-  plain torch (matmul + ``topk`` per chunk); the top-100 lists are checked to be identical.
+  ``encode``, on real-length texts, fp16, with the tokenizer serial and parallel (``sec_encode.py``).
+* ``search``: exact top-100 search over 1M random 384-d fp16 documents on the GPU, ours (``exact_search``: ids in,
+  dicts out) against plain torch doing the same work (matmul + ``topk`` per chunk in fp16 with float32
+  accumulation, then the same dicts); the top-100 sets are checked to be equal up to ties at the 100th score
+  (``sec_search.py``).
 
 The mpnet model is built from its configuration with random weights (step time and memory do not depend on the
 weights; the output says so), with MiniLM's tokenizer (its ids fit mpnet's vocabulary). MiniLM travels in fp16
@@ -48,6 +53,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from sec_big_batch import big_batch_rows  # noqa: E402
+from sec_encode import section_encode  # noqa: E402
+from sec_search import section_search  # noqa: E402
+from sec_syncs import section_syncs  # noqa: E402
+
 REPO = HERE.parents[1]
 CARRY = HERE / ".carry"
 SECTIONS = ("step", "syncs", "trainer", "encode", "search")
@@ -57,11 +68,14 @@ SIZES = {
     "real": {
         "models": {"minilm": 256, "mpnet": 64},  # model -> batch
         "dtypes": ("fp32", "bf16"),
-        "steps": 10,
+        "steps": 5,
         "rounds": 3,
         "warmup": 2,
-        "trainer_steps": 120,
+        "big_batches": (1024, 4096),  # CachedMW / CMNRL rows (MiniLM, bf16): 1 warm-up, then 2 rounds of 1 step
+        "big_step_limit_s": 40,
+        "trainer_steps": 60,
         "encode_docs": 5183,
+        "encode_rounds": 2,
         "encode_batch": 256,
         "search_docs": 1_000_000,
         "search_queries": 1000,
@@ -73,8 +87,11 @@ SIZES = {
         "steps": 1,
         "rounds": 1,
         "warmup": 1,
+        "big_batches": (16,),
+        "big_step_limit_s": 60,
         "trainer_steps": 2,
         "encode_docs": 24,
+        "encode_rounds": 1,
         "encode_batch": 8,
         "search_docs": 5000,
         "search_queries": 16,
@@ -340,6 +357,7 @@ def section_step(args, ctx) -> list[dict]:
             log(f"step {model_name} batch {batch} {dtype}: " + ", ".join(_step_cell(r) for r in rows[-len(res) :]))
         model = losses = optimizer = data = None  # freed before the next model is measured
         _free(device)
+    rows += big_batch_rows(ctx, sync, _free, log, load_st, make_loss, autocast, _features, _to)
     for row in rows:
         base = PAIRS.get(row["loss"])
         ref = next((r for r in rows if r["loss"] == base and _same_setting(r, row)), None)
@@ -365,69 +383,6 @@ def _free(device: str) -> None:
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
-
-
-@contextlib.contextmanager
-def count_syncs(device: str):
-    """A list that holds one entry per host sync the CUDA sync checker warned about inside the block."""
-    found: list[str] = []
-    if not device.startswith("cuda"):
-        yield found
-        return
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            yield found
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    found.extend(str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower())
-
-
-def section_syncs(args, ctx) -> list[dict]:
-    device = ctx["device"]
-    info = ctx["models"]["minilm"]
-    batch = ctx["sizes"]["models"]["minilm"]
-    model = load_st(info, device)
-    model.max_seq_length = info["max_seq_length"]
-    (q, d), labels = batches(model, ctx["anchors"], ctx["positives"], batch, 1, device)[0], torch.zeros(batch)
-    labels = labels.to(device)
-    dim = model.get_embedding_dimension()
-    g = torch.Generator().manual_seed(0)
-    emb = [torch.randn(batch, dim, generator=g).to(device).requires_grad_() for _ in range(2)]
-    rows = []
-    for name in ("MNRL", "CMNRL", *PAIRS):
-        loss = make_loss(name, model)
-        row: dict = {"loss": name, "measured": device.startswith("cuda")}
-        try:
-            for _ in range(2):  # the first call may set things up once (lazy modules, caches): count the second
-                with count_syncs(device) as full_step:
-                    value = loss([q, d], labels)
-                    if isinstance(value, dict):
-                        value = sum(value.values())
-                    value.backward()
-            row["step_syncs"] = len(full_step)
-            row["step_sync_sites"] = sorted(set(full_step))[:5]
-            inner = getattr(loss, "compute_loss_from_embeddings", None)
-            if inner is not None and not name.startswith("C"):  # cached losses take features, not embeddings
-                for _ in range(2):
-                    with count_syncs(device) as loss_only:
-                        for e in emb:
-                            e.grad = None
-                        # L2Dir's NAP head reads its own input (the pooled embedding by default) beside the embeddings
-                        value = inner(emb, [e for e in emb], labels) if name == "L2Dir" else inner(emb, labels)
-                        if isinstance(value, dict):
-                            value = sum(value.values())
-                        value.backward()
-                row["loss_only_syncs"] = len(loss_only)
-                row["loss_only_sites"] = sorted(set(loss_only))[:5]
-        except Exception as exc:  # noqa: BLE001 - recorded, the other losses go on
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        rows.append(row)
-        log(f"syncs {name}: {row}")
-    del model
-    _free(device)
-    return rows
 
 
 def section_trainer(args, ctx) -> dict:
@@ -537,119 +492,6 @@ def _portable(cmd: list[str], work: Path, data: str) -> list[str]:
     return [c.replace(str(work), "$WORK").replace(str(Path(data)), "$DATA") for c in cmd]
 
 
-def section_encode(args, ctx) -> dict:
-    from st_magnitude.model.convert import apply_similarity
-
-    device, sizes = ctx["device"], ctx["sizes"]
-    texts = ctx["corpus"][: sizes["encode_docs"]]
-    info = ctx["models"]["minilm"]
-    plain = load_st(info, device)
-    ours = load_st(info, device)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        apply_similarity(ours, "qnorm", warn_on_strip=False)
-    half = device.startswith("cuda")
-    if half:
-        plain.half()
-        ours.half()
-    bs = sizes["encode_batch"]
-
-    def run_plain():
-        return plain.encode(texts, batch_size=bs, convert_to_tensor=True, show_progress_bar=False)
-
-    def run_ours():
-        return ours.encode_document(texts, batch_size=bs, convert_to_tensor=True, show_progress_bar=False)
-
-    times: dict[str, list[float]] = {"plain": [], "ours": []}
-    vecs = {}
-    for fn in (run_plain, run_ours):  # warm-up
-        fn()
-    for _ in range(ctx["sizes"]["rounds"]):
-        for name, fn in (("plain", run_plain), ("ours", run_ours)):
-            sync(device)
-            t0 = time.perf_counter()
-            vecs[name] = fn()
-            sync(device)
-            times[name].append(time.perf_counter() - t0)
-    # qnorm documents are raw (unnormalized); the plain model normalizes: compare directions
-    a = torch.nn.functional.normalize(vecs["ours"].float(), dim=-1)
-    b = torch.nn.functional.normalize(vecs["plain"].float(), dim=-1)
-    res = {
-        "docs": len(texts),
-        "batch": bs,
-        "dtype": "fp16" if half else "fp32",
-        "max_seq_length": plain.max_seq_length,
-        "plain_docs_per_s": len(texts) / statistics.median(times["plain"]),
-        "ours_docs_per_s": len(texts) / statistics.median(times["ours"]),
-        "max_direction_diff": float((a - b).abs().max()),
-    }
-    res["ratio"] = res["ours_docs_per_s"] / res["plain_docs_per_s"]
-    log(f"encode: {res}")
-    plain = ours = None
-    _free(device)
-    return res
-
-
-def plain_topk(q: torch.Tensor, d: torch.Tensor, k: int, chunk: int = 50_000) -> tuple[torch.Tensor, torch.Tensor]:
-    vals, idx = [], []
-    for s in range(0, d.shape[0], chunk):
-        v, i = torch.topk(q @ d[s : s + chunk].T, min(k, min(chunk, d.shape[0] - s)), dim=1)
-        vals.append(v)
-        idx.append(i + s)
-    v, i = torch.cat(vals, 1), torch.cat(idx, 1)
-    top, pos = torch.topk(v, k, dim=1)
-    return top, i.gather(1, pos)
-
-
-def section_search(args, ctx) -> dict:
-    from st_magnitude.evaluation import exact_search
-
-    device, sizes = ctx["device"], ctx["sizes"]
-    n, nq, dim, k = sizes["search_docs"], sizes["search_queries"], sizes["search_dim"], 100
-    dtype = torch.float16 if device.startswith("cuda") else torch.float32
-    g = torch.Generator(device=device).manual_seed(0)
-    d = torch.randn(n, dim, generator=g, device=device, dtype=dtype)
-    q = torch.randn(nq, dim, generator=g, device=device, dtype=dtype)
-    qids, cids = [f"q{i}" for i in range(nq)], [f"d{j}" for j in range(n)]
-
-    def ours():
-        return exact_search(q, d, qids, cids, top_k=k, ignore_identical_ids=False, device=device)
-
-    def plain():
-        v, i = plain_topk(q, d, k)
-        return v.float().cpu(), i.cpu()  # plain torch's result on the host, as ours returns it
-
-    times: dict[str, list[float]] = {"plain": [], "ours": []}
-    out = {}
-    ours(), plain()  # warm-up
-    for _ in range(sizes["rounds"]):
-        for name, fn in (("plain", plain), ("ours", ours)):
-            sync(device)
-            t0 = time.perf_counter()
-            out[name] = fn()
-            sync(device)
-            times[name].append(time.perf_counter() - t0)
-    _, idx = out["plain"]
-    same = all(
-        set(out["ours"][qid]) == {cids[j] for j in idx[r].tolist()} for r, qid in enumerate(qids)
-    )  # sets: equal fp16 scores may order differently between two kernels
-    res = {
-        "docs": n,
-        "queries": nq,
-        "dim": dim,
-        "top_k": k,
-        "dtype": str(dtype).removeprefix("torch."),
-        "plain_seconds": statistics.median(times["plain"]),
-        "ours_seconds": statistics.median(times["ours"]),
-        "same_top_k_sets": same,
-    }
-    res["ratio"] = res["ours_seconds"] / res["plain_seconds"]
-    log(f"search: {res}")
-    d = q = None
-    _free(device)
-    return res
-
-
 # ----------------------------------------------------------------------------------------------------------------
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "torch": torch.__version__}
@@ -723,10 +565,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         fns = {
             "step": section_step,
-            "syncs": section_syncs,
+            "syncs": lambda a, c: section_syncs(a, c, _free, log, load_st, batches, make_loss, PAIRS),
             "trainer": section_trainer,
-            "encode": section_encode,
-            "search": section_search,
+            "encode": lambda a, c: section_encode(a, c, sync, _free, log, load_st),
+            "search": lambda a, c: section_search(a, c, sync, _free, log),
         }
         for name in args.only or SECTIONS:
             if time.perf_counter() - start > args.budget:
