@@ -6,9 +6,14 @@ Paper 001 eq. 3 (batch form), with the temperature of Lemma 2 / §5.1::
 
 ``s_i⁺`` are the B diagonal scores s(q_i, p_i⁺); ``S⁻`` is *every other entry* of the B × B(1+H) score matrix (each
 query against every passage of the batch except its own positive), pooled across queries, so
-``|S⁻| = B(HB + B − 1)`` and there are ``B·|S⁻|`` pairs. That is O(B³) pairs: they are evaluated in chunks of
-``chunk_size`` pairs by a custom autograd function that keeps only the scores and their gradients, so memory stays
-bounded by ``chunk_size`` whatever B is.
+``|S⁻| = B(HB + B − 1)`` and there are ``B·|S⁻|`` pairs: O(B³). Two exact pair stages compute the same sum:
+
+- ``"pairwise"``: every pair, in chunks of ``chunk_size`` pairs, by a custom autograd function that keeps only the
+  scores' gradients (the fastest exact path for small batches, and the tests' reference);
+- ``"grid"``: O(B² + B·G) via node tables and Taylor moments on a power-of-two grid (:mod:`._mw_grid`), exact to
+  ~1e-9 — what makes large batches (and so :class:`CachedMWLoss`) affordable.
+
+``pair_stage="auto"`` picks by measured cost (:func:`choose_pair_stage`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from torch import Tensor, nn
 
 from st_magnitude.losses._batch import GatheredBatch
 from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
+from st_magnitude.losses._mw_grid import grid_pair_sum, plan_for_range, score_range
 from st_magnitude.losses._temperature import (
     LearnableScale,
     parse_temperature,
@@ -32,12 +38,28 @@ from st_magnitude.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MWLoss", "CachedMWLoss", "pairwise_softplus_sum", "MW_CITATION", "MW_REDUCTIONS"]
+__all__ = [
+    "MWLoss",
+    "CachedMWLoss",
+    "pairwise_softplus_sum",
+    "choose_pair_stage",
+    "MW_CITATION",
+    "MW_REDUCTIONS",
+    "MW_PAIR_STAGES",
+]
 
 MW_REDUCTIONS = ("paper", "mean")
+MW_PAIR_STAGES = ("auto", "grid", "pairwise")
 DEFAULT_CHUNK_SIZE = 2**20
 #: smallest automatic pair chunk: below this the Python loop overhead dominates
 MIN_AUTO_CHUNK = 2**14
+#: on the CPU, ``"auto"`` sums every pair up to this many pairs (one chunk, in cache) and uses the grid above: the
+#: measured crossover on one thread lies between B = 64 (2.6e5 pairs: pairwise 0.8 ms, grid 1.1 ms) and B = 128
+#: (2.1e6 pairs: 9.3 ms vs 1.6 ms), ``python benchmarks/bench_mw_pairs.py``
+CPU_PAIRWISE_MAX_PAIRS = 2**19
+#: on a GPU the pairwise sum is one kernel per op over all pairs: ``"auto"`` keeps it up to this many pairs when
+#: they fit in half the free memory (about 16 bytes a pair); not measured on a GPU yet
+GPU_PAIRWISE_MAX_PAIRS = 2**27
 
 MW_CITATION = """
 @misc{sheikholeslami2025optimizingwhatmatters,
@@ -112,15 +134,36 @@ def mw_negatives(
     return scores.reshape(-1)
 
 
-def _auto_chunk(chunk_size: int | None, score_elements: int) -> int:
-    """``chunk_size=None``: half as many pairs per chunk as the score-matrix block the loss holds anyway (rows × M),
-    so the pair stage (two buffers) never needs more memory than the score block (at least ``MIN_AUTO_CHUNK``)."""
-    return chunk_size if chunk_size is not None else max(MIN_AUTO_CHUNK, score_elements // 2)
+def _pairwise_chunk(chunk_size: int | None, pairs: int, score_elements: int, device: torch.device) -> int:
+    """``chunk_size=None``: on a GPU as many pairs as fit in half the free memory (~32 bytes a pair with the
+    buffers); on the CPU every pair of a small batch in one chunk (up to :data:`CPU_PAIRWISE_MAX_PAIRS`), else half
+    as many pairs as the score block the loss holds anyway (at least ``MIN_AUTO_CHUNK``)."""
+    if chunk_size is not None:
+        return chunk_size
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return max(MIN_AUTO_CHUNK, min(pairs, free // 64))
+    return max(MIN_AUTO_CHUNK, min(pairs, CPU_PAIRWISE_MAX_PAIRS), score_elements // 2)
 
 
-def _check_mw_args(reduction: str, chunk_size: int | None) -> None:
+def choose_pair_stage(requested: str, positives: int, scores: int, device: torch.device) -> str:
+    """``"grid"`` or ``"pairwise"`` for ``positives`` × ``scores`` pairs: ``requested`` unless it is ``"auto"``;
+    then the pairwise sum while it is the cheaper exact path (:data:`CPU_PAIRWISE_MAX_PAIRS`,
+    :data:`GPU_PAIRWISE_MAX_PAIRS`), the grid above. Decided from shapes alone (no host read)."""
+    if requested != "auto":
+        return requested
+    pairs = positives * scores
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return "pairwise" if pairs <= GPU_PAIRWISE_MAX_PAIRS and pairs * 16 <= free // 2 else "grid"
+    return "pairwise" if pairs <= CPU_PAIRWISE_MAX_PAIRS else "grid"
+
+
+def _check_mw_args(reduction: str, chunk_size: int | None, pair_stage: str = "auto") -> None:
     if reduction not in MW_REDUCTIONS:
         raise ValueError(f"reduction must be one of {list(MW_REDUCTIONS)}, got {reduction!r}")
+    if pair_stage not in MW_PAIR_STAGES:
+        raise ValueError(f"pair_stage must be one of {list(MW_PAIR_STAGES)}, got {pair_stage!r}")
     if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size > 0):
         raise ValueError(
             f"chunk_size must be None (automatic) or a positive int (pairs per chunk), got {chunk_size!r}"
@@ -145,6 +188,7 @@ class MWLoss(FamilyLoss):
         reduction: Literal["paper", "mean"] = "paper",
         chunk_size: int | None = None,
         gather_across_devices: bool = False,
+        pair_stage: Literal["auto", "grid", "pairwise"] = "auto",
     ) -> None:
         """The Mann–Whitney (MW) loss of paper 001 (eq. 3): a pairwise logistic surrogate of the *pooled* AUC.
         Every positive score of the batch is compared with every negative score of the batch, across queries::
@@ -169,13 +213,19 @@ class MWLoss(FamilyLoss):
                 grow (see ``docs/temperature.md``).
             reduction: ``"paper"``: Σ over pairs / B, as eq. 3 is written (large: ≈ |S⁻|·log 2 at start);
                 ``"mean"``: mean over the B·|S⁻| pairs (the expectation of Lemma 2).
-            chunk_size: (positive, negative) pairs evaluated at once; the pair stage holds about 32–36 bytes per
-                pair with its autograd buffers (measured, docs/benchmarks.md), so ``2**20`` costs ≈ 34 MiB. ``None``
-                (default) uses half the size of the B × B(1+H) score matrix: bounded, and on all-MiniLM-L6-v2 at
-                batch 256 within 2% of CachedMNRL's peak memory. Does not change the result.
+            chunk_size: (positive, negative) pairs evaluated at once by the ``"pairwise"`` pair stage; it holds
+                about 32–36 bytes per pair with its autograd buffers (measured, docs/benchmarks.md), so ``2**20``
+                costs ≈ 34 MiB. ``None`` (default): on a GPU as many as fit in half the free memory, on the CPU a
+                small batch's pairs at once and otherwise half the size of the B × B(1+H) score matrix. Does not
+                change the result.
             gather_across_devices: gather embeddings from all processes (with gradients); each process then
                 compares every positive with its own anchors' negatives, and the mean over processes is the loss of
                 the full global batch.
+            pair_stage: how the B·|S⁻| pairs are summed, with the same result: ``"pairwise"`` (every pair, O(B³)),
+                ``"grid"`` (node tables and Taylor moments on a power-of-two grid, O(B² + B·G), exact to ~1e-9; see
+                ``docs/mw_loss.md``) or ``"auto"`` (default): the pairwise sum for small batches, where it is
+                faster, the grid above (:func:`choose_pair_stage`). The grid reads the score range on the host once
+                per step.
 
         References:
             - Sheikholeslami et al. 2025, "Optimizing What Matters: AUC-Driven Learning for Robust Neural
@@ -221,43 +271,94 @@ class MWLoss(FamilyLoss):
                 trainer.train()
         """
         temperature = parse_temperature(temperature, default=0.01)
-        _check_mw_args(reduction, chunk_size)
+        _check_mw_args(reduction, chunk_size, pair_stage)
         super().__init__(model, similarity, gather_across_devices)
         self.temperature: float | LearnableScale = temperature
         self.reduction = reduction
         self.chunk_size = chunk_size
+        self.pair_stage = pair_stage
+
+    #: the grid pair stage reads the score range on the host once per step (a cached step reads the range of all
+    #: its chunks at once); a grid that must leave out scores thousands of τ from the bulk reads more
+    host_reads_per_step = 1
 
     def prepare_batch(self, columns: list[Tensor], rows_per_chunk: int, detach_shared: bool = False) -> GatheredBatch:
-        """Also score the B_world positives s_i⁺ once (every chunk compares its negatives with all of them) and fix
-        the pair-chunk size and the normalising factor."""
+        """Also score the B_world positives s_i⁺ once (every chunk compares its negatives with all of them), choose
+        the pair stage, and fix the pair-chunk size and the normalising factor. A chunked (cached) step on the grid
+        gets one grid for all its chunks, from the range of all their scores (one host read)."""
         batch = super().prepare_batch(columns, rows_per_chunk)
         positives = at_least_fp32(self.similarity_fct.pairwise(batch.queries, batch.docs[0]))
+        n_docs = batch.docs_all.size(0)
+        stage = choose_pair_stage(self.pair_stage, positives.numel(), batch.size * n_docs, positives.device)
         batch.extra.update(
             positives=positives,
             positives_input=positives.detach().requires_grad_() if detach_shared else positives,
-            pair_chunk=_auto_chunk(self.chunk_size, rows_per_chunk * batch.docs_all.size(0)),
-            factor=_normaliser(self.reduction, batch.queries.size(0), batch.docs_all.size(0), batch.world),
+            stage=stage,
+            pair_chunk=_pairwise_chunk(
+                self.chunk_size, positives.numel() * rows_per_chunk * n_docs, rows_per_chunk * n_docs, positives.device
+            ),
+            factor=_normaliser(self.reduction, batch.queries.size(0), n_docs, batch.world),
+            plan=None,
         )
+        if stage == "grid" and rows_per_chunk < batch.size:
+            batch.extra["plan"] = self._step_plan(batch, positives, rows_per_chunk)
         return batch
+
+    def _inv_tau(self) -> tuple[Tensor | None, float]:
+        """``(scale, inv_tau)``: a learnable 1/τ scales the scores before the pair stage (which then runs at τ = 1,
+        so 1/τ gets its gradient through the scores); a fixed τ is passed as a number."""
+        if isinstance(self.temperature, LearnableScale):
+            return self.temperature(), 1.0
+        return None, 1.0 / self.temperature
+
+    def _block(self, batch: GatheredBatch, local: Tensor, scale: Tensor | None) -> Tensor:
+        scores = at_least_fp32(self.similarity_fct(batch.queries[local], batch.docs_all))
+        return scores if scale is None else scores * scale
+
+    def _step_plan(self, batch: GatheredBatch, positives: Tensor, rows_per_chunk: int):
+        """The grid of a chunked step: the range of every chunk's scores, scored as :meth:`rows_loss` will score
+        them (same rows, so the same numbers), read once."""
+        scale, inv_tau = self._inv_tau()
+        with torch.no_grad():
+            ends, first = [], None
+            for begin in range(0, batch.size, rows_per_chunk):
+                block = self._block(batch, batch.local_rows(begin, min(begin + rows_per_chunk, batch.size)), scale)
+                first = block if first is None else first
+                ends.extend(torch.aminmax(block))
+            lo, hi = score_range(torch.stack(ends))
+            scaled = positives.detach() if scale is None else positives.detach() * scale
+            return plan_for_range(scaled, inv_tau, lo, hi, batch.size * batch.docs_all.size(0), first)
 
     def rows_loss(self, batch: GatheredBatch, begin: int, end: int) -> Tensor:
         """The pairs of this process's anchors ``begin:end``: their negatives against every positive of the batch."""
         local = batch.local_rows(begin, end)
-        positives, pair_chunk = batch.extra["positives_input"], batch.extra["pair_chunk"]
-        if isinstance(self.temperature, LearnableScale):  # (s⁻ − s⁺)/τ = s⁻·(1/τ) − s⁺·(1/τ): 1/τ gets its gradient
-            inv_tau = self.temperature()
-            negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local, inv_tau)
-            pairs = pairwise_softplus_sum(positives * inv_tau, negatives, 1.0, pair_chunk)
+        positives = batch.extra["positives_input"]
+        scale, inv_tau = self._inv_tau()  # (s⁻ − s⁺)/τ = s⁻·(1/τ) − s⁺·(1/τ): a learnable 1/τ gets its gradient
+        if scale is not None:
+            positives = positives * scale
+        if batch.extra["stage"] == "grid":
+            pairs = grid_pair_sum(positives, self._block(batch, local, scale), local, inv_tau, batch.extra["plan"])
         else:
-            negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local)
-            pairs = pairwise_softplus_sum(positives, negatives, self.temperature, pair_chunk)
+            negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local, scale)
+            pairs = pairwise_softplus_sum(positives, negatives, 1.0 / inv_tau, batch.extra["pair_chunk"])
         return pairs * batch.extra["factor"]
 
     def finish_batch(self, batch: GatheredBatch) -> None:
-        """Back-propagate the positives' gradient, accumulated over the chunks, once."""
-        held, positives = batch.extra["positives_input"], batch.extra["positives"]
-        if held is not positives and held.grad is not None:
-            positives.backward(held.grad)
+        """Back-propagate the positives' gradient, accumulated over the chunks, once (with the grid's share, which
+        its chunks leave in the plan; through the learnable 1/τ too)."""
+        held, positives, plan = batch.extra["positives_input"], batch.extra["positives"], batch.extra["plan"]
+        if held is positives:
+            return
+        roots, grads = [], []
+        if held.grad is not None:
+            roots.append(positives)
+            grads.append(held.grad)
+        if plan is not None:
+            scale, _ = self._inv_tau()
+            roots.append(positives if scale is None else positives * scale)
+            grads.append(plan.deferred_positive_grad().to(positives.dtype))  # the factor is in it already
+        if roots:
+            torch.autograd.backward(roots, grads)
 
     @property
     def scale(self) -> float:
@@ -269,6 +370,7 @@ class MWLoss(FamilyLoss):
             **temperature_config(self.temperature),
             "reduction": self.reduction,
             "chunk_size": "auto" if self.chunk_size is None else self.chunk_size,
+            "pair_stage": self.pair_stage,
             "gather_across_devices": self.gather_across_devices,
         }
 
@@ -287,6 +389,7 @@ class CachedMWLoss(CachedLoss):
         "similarity_name",
         "gather_across_devices",
         "scale",
+        "pair_stage",
     )
 
     def __init__(
@@ -300,14 +403,16 @@ class CachedMWLoss(CachedLoss):
         mini_batch_num_tokens: int | None = None,
         gather_across_devices: bool = False,
         show_progress_bar: bool = False,
+        pair_stage: Literal["auto", "grid", "pairwise"] = "auto",
     ) -> None:
         """:class:`MWLoss` with gradient caching (GradCache) on ST's ``CachedLossMixin``: the same loss and
         gradients, for effective batches far beyond memory.
 
         The B × B(1+H) score matrix is built ``mini_batch_size`` rows at a time; each row chunk's negatives are
-        compared with all B positives (in chunks of ``chunk_size`` pairs) and back-propagated at once; the positives'
-        gradient is accumulated and back-propagated last. Peak memory is therefore one row chunk of scores plus
-        one pair chunk, independent of B (the pair count B·|S⁻| still grows as B³ in compute).
+        compared with all B positives and back-propagated at once; the positives' gradient is accumulated and
+        back-propagated last. Peak memory is therefore one row chunk of scores plus the pair stage's buffers
+        (a pair chunk, or the grid's tables), independent of B; with the grid pair stage (``pair_stage="auto"``
+        above small batches) compute grows as B², like the cached InfoNCE's.
 
         Like ST's cached losses it wraps an :class:`MWLoss` built from the same arguments (``self.loss``):
         ``temperature``, ``reduction``, ... read and assign through to it, and each row chunk is computed by
@@ -325,6 +430,9 @@ class CachedMWLoss(CachedLoss):
             mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
             gather_across_devices: as in :class:`MWLoss`.
             show_progress_bar: show the mini-batch progress.
+            pair_stage: as in :class:`MWLoss`. On the grid, the step's chunks share one grid made from the range of
+                all their scores (one host read per step), and the positives' gradient is accumulated over the
+                chunks and back-propagated once.
 
         References:
             - Sheikholeslami et al. 2025, "Optimizing What Matters: AUC-Driven Learning for Robust Neural
@@ -359,7 +467,7 @@ class CachedMWLoss(CachedLoss):
                 loss = CachedMWLoss(model, mini_batch_size=32, reduction="mean")  # per_device_train_batch_size=1024
         """
         super().__init__(
-            MWLoss(model, similarity, temperature, reduction, chunk_size, gather_across_devices),
+            MWLoss(model, similarity, temperature, reduction, chunk_size, gather_across_devices, pair_stage),
             mini_batch_size,
             mini_batch_num_tokens,
             show_progress_bar,

@@ -55,8 +55,8 @@ def _revela(m):
 BUILDERS = {
     "PartialNormInfoNCELoss": (lambda m: L.PartialNormInfoNCELoss(m, "cosine"), _pairs),
     "CachedPartialNormInfoNCELoss": (lambda m: L.CachedPartialNormInfoNCELoss(m, "cosine", mini_batch_size=2), _pairs),
-    "MWLoss": (lambda m: L.MWLoss(m, "cosine"), _pairs),
-    "CachedMWLoss": (lambda m: L.CachedMWLoss(m, "cosine", mini_batch_size=2), _pairs),
+    "MWLoss": (lambda m: L.MWLoss(m, "cosine", pair_stage="grid"), _pairs),
+    "CachedMWLoss": (lambda m: L.CachedMWLoss(m, "cosine", mini_batch_size=2, pair_stage="grid"), _pairs),
     "InfoTNLoss": (lambda m: L.InfoTNLoss(m, nap_head=True, warn_collapse=False), _pairs),
     "CachedInfoTNLoss": (
         lambda m: L.CachedInfoTNLoss(m, nap_head=True, warn_collapse=False, mini_batch_size=2),

@@ -1,0 +1,377 @@
+"""MW's pair stage in O(N + B·G) instead of O(B·N): node tables of the positives, Taylor moments of the negatives.
+
+Paper 001 eq. 3 sums ``softplus(z)`` over every (positive ``p_i``, negative ``n_k``) pair, ``z = (n_k − p_i)/τ``.
+With B positives and N = B·B(1+H) negatives that is B·N = O(B³) pairs. The sum is a smooth function of where the
+points lie, so it is evaluated on a grid instead, *exactly to float64 rounding plus a truncation below 1e-9*:
+
+1. **Grid with exact offsets.** Nodes ``x_j = (J0 + j)·h`` with ``h = 2^e`` the largest power of two with
+   ``α = h/τ ≤ α_max`` of the chosen level. A score ``n`` then sits at ``t = n/h`` (exact: a power-of-two scale),
+   node ``j = round(t)`` and offset ``u = t − j ∈ [−½, ½]`` (exact: Sterbenz). No interpolation, no rounding of
+   positions.
+2. **Taylor in the negative's offset.** ``softplus(α(J0 + j − p_i/h) + αu) = Σ_m softplus⁽ᵐ⁾(z_ij)·(αu)^m/m!`` with
+   ``z_ij = α(J0 + j − p_i/h)``; softplus is analytic with radius π (poles at ±iπ), so with ``|αu| ≤ α/2`` the series
+   truncated at degree D errs by at most ~1e-10 per pair, *relative* also in the exponential tail (every derivative
+   of softplus is ~e^z there). The levels ``(α_max, D)`` below are the smallest D reaching 1e-9 on the loss (relative)
+   and on ``softplus'`` (absolute), measured over z ∈ [−60, 60]; ``tests/losses/test_mw_grid.py`` checks the bound.
+3. **The loss and every gradient are bilinear in two small tables.** With the negatives' raw moments
+   ``M[j, m] = Σ_{k at node j} (αu_k)^m`` (one deposit pass over the N scores) and the positives' node tables
+   ``Tl[j, m] = Σ_i softplus⁽ᵐ⁾(z_ij)/m!``, ``Tg[j, m] = Σ_i softplus⁽ᵐ⁺¹⁾(z_ij)/m!`` (computed *directly*, B × G
+   evaluations, so they are relative-accurate in both tails without any FFT cancellation):
+
+   - loss ``= Σ_{j,m} Tl[j, m]·M[j, m]``;
+   - ``∂/∂n_k = (1/τ)·Σ_m Tg[j_k, m]·(αu_k)^m`` (a gather of D+1 node values and Horner's rule, per negative);
+   - ``∂/∂p_i = −(1/τ)·Σ_{j,m} softplus⁽ᵐ⁺¹⁾(z_ij)/m!·M[j, m]`` (B × G again).
+
+   A learnable 1/τ gets its gradient through the scaled scores (the caller multiplies them by it), as before.
+4. **The row's own positive** is deposited with the rest of the score block (no masked copy) and its moments are
+   subtracted again; its gradient entry is set to 0 (it is no negative).
+5. **Bounded grid, exact tails.** G is the score range over h. A grid of more than :data:`MAX_NODES` nodes at the
+   coarsest level (outliers far from the bulk, or a range of thousands of τ) keeps a window of the bulk; scores
+   outside it are paired with every positive *exactly* (O(B) each). Positives need no window: their node tables are
+   exact wherever they lie.
+
+Cost: two passes over the scores' chunks (``~9 ns`` per score on one CPU thread at the usual levels, in cache-sized
+chunks) plus ``2·B·G`` table evaluations, against cross-entropy's ``~17 ns`` per score once the score matrix leaves
+the cache (``benchmarks/bench_mw_pairs.py``). One host read per call: the score range (and, only in the windowed
+case, a sample's quantiles and the outliers' positions).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["GridPlan", "LEVELS", "MAX_NODES", "grid_pair_sum", "score_range"]
+
+#: ``(α_max, D)``: grid spacing over τ at most α_max, Taylor degree D (truncation ≤ 1e-9, module docstring)
+LEVELS: tuple[tuple[float, int], ...] = ((1 / 16, 4), (1 / 8, 5), (1 / 4, 6), (1 / 2, 8), (1.0, 11), (2.0, 17))
+#: the most nodes a grid may have; beyond, a window of the bulk is gridded and the rest is paired exactly
+MAX_NODES = 2**14
+#: scores per pass on the CPU: the chunk's temporaries stay in cache
+CPU_CHUNK = 2**18
+#: (positive, node) evaluations per block of the positives' tables
+TABLE_BLOCK = 2**16
+#: measured costs in ns on one CPU thread (``python benchmarks/bench_mw_pairs.py --levels``, B = 1,024 and 4,096):
+#: per score ``NEG_NS[0] + NEG_NS[1]·(D+1)``, per (positive, node), both table passes, ``POS_NS[0] + POS_NS[1]·(D+2)``
+NEG_NS = (4.7, 1.74)
+POS_NS = (2.6, 1.1)
+
+
+def _softplus_polys(q_max: int) -> np.ndarray:
+    """Coefficients (ascending powers of s = σ(z)) of ``softplus⁽q⁾ = P_q(s)`` for q = 1..q_max:
+    ``P_1 = s``, ``P_{q+1} = P_q'(s)·s(1 − s)`` (since ds/dz = s(1 − s))."""
+    polys = np.zeros((q_max + 1, q_max + 2))
+    polys[1, 1] = 1.0
+    for q in range(1, q_max):
+        d = np.polynomial.polynomial.polyder(polys[q])
+        nxt = np.polynomial.polynomial.polymul(d, [0.0, 1.0, -1.0])
+        polys[q + 1, : nxt.size] = nxt[: q_max + 2]
+    return polys
+
+
+_POLYS = _softplus_polys(LEVELS[-1][1] + 1)
+
+
+def _spacing(inv_tau: float, alpha_max: float) -> float:
+    """The largest power of two h with h·inv_tau ≤ alpha_max."""
+    return 2.0 ** math.floor(math.log2(alpha_max / inv_tau))
+
+
+def score_range(scores: Tensor) -> tuple[float, float]:
+    """``(min, max)`` of a score block, read on the host (the pair stage's one host read); refuses non-finite
+    scores, which would put a point at no node."""
+    lo, hi = torch.aminmax(scores.detach())
+    lo_f, hi_f = torch.stack([lo, hi]).tolist()
+    if not (math.isfinite(lo_f) and math.isfinite(hi_f)):
+        raise ValueError(
+            f"MW scores must be finite, got a score range [{lo_f}, {hi_f}]: an embedding or the temperature "
+            "overflows float32 (check the model's outputs and the similarity's scale)"
+        )
+    return lo_f, hi_f
+
+
+def choose_level(span_z: float, inv_tau: float, n_scores: int, n_pos: int) -> int:
+    """Index in :data:`LEVELS` of the cheapest level whose grid over a range ``span_z`` τ wide fits in
+    :data:`MAX_NODES` nodes, by the measured cost model (:data:`NEG_NS`, :data:`POS_NS`); the coarsest (then
+    windowed) when none fits."""
+    best = None
+    for index, (alpha_max, degree) in enumerate(LEVELS):
+        nodes = math.ceil(span_z / (_spacing(inv_tau, alpha_max) * inv_tau)) + 3
+        if nodes > MAX_NODES:
+            continue
+        cost = n_scores * (NEG_NS[0] + NEG_NS[1] * (degree + 1)) + n_pos * nodes * (
+            POS_NS[0] + POS_NS[1] * (degree + 2)
+        )
+        if best is None or cost < best[0]:
+            best = (cost, index)
+    return len(LEVELS) - 1 if best is None else best[1]
+
+
+@dataclass
+class GridPlan:
+    """The grid of one step: the positives (scaled so that τ = ``1/inv_tau``), the spacing, the node range, the
+    positives' node tables and the moments deposited so far (for a positive gradient deferred to the end of a
+    cached step). Built by :func:`make_plan`; extended when a later chunk's scores leave the node range."""
+
+    positives: Tensor  # [B] float64, detached
+    inv_tau: float
+    alpha: float
+    degree: int
+    h: float
+    j0: int = 0
+    nodes: int = 0
+    loss_table: Tensor | None = None  # [nodes + 1, D + 1] float64 (last row: the outliers' dummy node, zero)
+    grad_table: Tensor | None = None  # [nodes + 1, D + 1] in the scores' dtype, times inv_tau
+    moments: Tensor | None = None  # [nodes, D + 1] float64, accumulated (times the chunks' output gradients)
+    windowed: bool = False  # the grid covers a window of the bulk; scores outside it are paired exactly
+    exact_positive_grad: Tensor = field(init=False)  # [B] float64: the exactly paired scores' share, accumulated
+    factorials: Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.exact_positive_grad = torch.zeros_like(self.positives)
+        self.factorials = torch.tensor(
+            [math.factorial(m) for m in range(self.degree + 1)], dtype=torch.float64, device=self.positives.device
+        )
+
+    # -- the positives' node tables ------------------------------------------------------------------------------
+    def _sigmoid_blocks(self, j_begin: int, j_end: int):
+        """Yield ``(rows, z, s)`` with ``z_ij = α(J0 + j − p_i/h)`` and ``s = σ(z)``, for blocks of positives over
+        nodes ``j_begin:j_end`` (about :data:`TABLE_BLOCK` entries each)."""
+        device = self.positives.device
+        node_t = torch.arange(self.j0 + j_begin, self.j0 + j_end, dtype=torch.float64, device=device)
+        scaled = self.positives / self.h
+        step = max(1, TABLE_BLOCK // max(1, j_end - j_begin))
+        for begin in range(0, scaled.numel(), step):
+            rows = slice(begin, begin + step)
+            z = (node_t.unsqueeze(0) - scaled[rows].unsqueeze(1)) * self.alpha  # [b, width]
+            yield rows, z, torch.sigmoid(z)
+
+    def _tables(self, j_begin: int, j_end: int) -> tuple[Tensor, Tensor]:
+        """``(Tl, Tg)`` of nodes ``j_begin:j_end``. softplus⁽q⁾ = P_q(σ) for q ≥ 1 (:func:`_softplus_polys`), so
+        Σ_i softplus⁽q⁾(z_ij) = Σ_k c_qk·Σ_i σ(z_ij)^k: one pass of power sums over the positives, then a small
+        matrix product. In the exponential tail σ ≈ e^z and P_q(σ) = σ(1 + O(σ)), so the tables keep their relative
+        accuracy where the loss needs it; near σ ≈ 1 (z ≫ 0) they are accurate relative to the loss's linear part."""
+        device, top = self.positives.device, self.degree + 1
+        width = j_end - j_begin
+        sp_sum = torch.zeros(width, dtype=torch.float64, device=device)
+        power_sums = torch.zeros(width, top + 1, dtype=torch.float64, device=device)
+        for _, z, s in self._sigmoid_blocks(j_begin, j_end):
+            sp_sum += torch.nn.functional.softplus(z).sum(dim=0)
+            power = s
+            for k in range(1, top + 1):
+                power_sums[:, k] += power.sum(dim=0)
+                if k < top:
+                    power = power * s
+        coef = torch.as_tensor(_POLYS[1 : top + 1, : top + 1], dtype=torch.float64, device=device)  # [q, k]
+        derivs = torch.cat([sp_sum.unsqueeze(1), power_sums @ coef.T], dim=1)  # [width, q = 0..D+1]
+        loss_t = derivs[:, :top] / self.factorials
+        grad_t = derivs[:, 1:] / self.factorials * self.inv_tau
+        return loss_t, grad_t
+
+    def build(self, lo_node: int, hi_node: int, dtype: torch.dtype) -> None:
+        """Grid nodes ``lo_node..hi_node`` (absolute) and their tables; ``dtype`` is the scores' (the gradient
+        table's). The row after the last node is the outliers' dummy node (zero tables)."""
+        self.j0, self.nodes = lo_node, hi_node - lo_node + 1
+        loss_t, grad_t = self._tables(0, self.nodes)
+        zero = loss_t.new_zeros(1, self.degree + 1)
+        self.loss_table = torch.cat([loss_t, zero])
+        self.grad_table = torch.cat([grad_t, zero]).to(dtype)
+        self.moments = loss_t.new_zeros(self.nodes, self.degree + 1)
+
+    def deferred_positive_grad(self) -> Tensor:
+        """The positives' gradient of every chunk run with this plan (their moments accumulated in backward)."""
+        return self.positive_grad(self.moments) + self.exact_positive_grad
+
+    def positive_grad(self, moments: Tensor) -> Tensor:
+        """``∂/∂p_i`` of Σ_{j,m} Tl[j, m]·moments[j, m] (the positives' share of the loss): −inv_tau·Σ_{j,m}
+        softplus⁽ᵐ⁺¹⁾(z_ij)/m!·moments[j, m] = −inv_tau·Σ_k Σ_j σ(z_ij)^k·W[j, k], with W the moments folded
+        into the polynomials' coefficients; float64 [B]."""
+        top = self.degree + 1
+        coef = torch.as_tensor(_POLYS[1 : top + 1, : top + 1], dtype=torch.float64, device=self.positives.device)
+        weights = (moments / self.factorials) @ coef  # [nodes, k = 0..D+1]; k = 0 is 0 (every P_q(0) = 0)
+        out = torch.zeros_like(self.positives)
+        for rows, _, s in self._sigmoid_blocks(0, self.nodes):
+            acc = s @ weights[:, 1]
+            power = s
+            for k in range(2, top + 1):
+                power = power * s
+                acc += power @ weights[:, k]
+            out[rows] = acc
+        return out * -self.inv_tau
+
+
+def make_plan(positives: Tensor, inv_tau: float, span_z: float, n_scores: int) -> GridPlan:
+    """A plan (no nodes yet) at the cheapest level for a range of ``span_z`` τ-units."""
+    alpha_max, degree = LEVELS[choose_level(span_z, inv_tau, n_scores, positives.numel())]
+    h = _spacing(inv_tau, alpha_max)
+    pos = positives.detach().to(torch.float64).reshape(-1)
+    return GridPlan(positives=pos, inv_tau=float(inv_tau), alpha=h * inv_tau, degree=degree, h=h)
+
+
+def _deposit(table: Tensor, index: Tensor, weights: Tensor | None, nodes: int) -> None:
+    """``table[index[k]] += weights[k]`` (float64): bincount on the CPU (sequential, deterministic), ``index_add_``
+    elsewhere (deterministic under ``torch.use_deterministic_algorithms(True)``)."""
+    if table.device.type == "cpu":
+        table += torch.bincount(index, weights, minlength=nodes)[:nodes]
+    else:
+        ones = torch.ones_like(index, dtype=torch.float64) if weights is None else weights
+        table.index_add_(0, index.long(), ones)
+
+
+def _locate(x: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor]:
+    """Node indices (relative to j0, as floats) and offsets ``u = t − node`` (x's dtype), both exact. Without a
+    window a score a rounding error outside the range (a cached step's blocks are scored again) stays at the edge
+    node, with its true offset."""
+    t = x * (1.0 / plan.h)
+    node = torch.round(t)
+    if not plan.windowed:
+        node.clamp_(plan.j0, plan.j0 + plan.nodes - 1)
+    u = t - node
+    node -= plan.j0
+    return node, u
+
+
+class _GridPairs(torch.autograd.Function):
+    """Σ_i Σ_k softplus((n_k − p_i)·inv_tau) over the block's entries except each row's own positive; the positives'
+    gradient is returned (``deferred=False``) or accumulated in the plan (a plan shared by a cached step's chunks)."""
+
+    @staticmethod
+    def forward(ctx, positives, block, plan, own_columns, deferred):  # type: ignore[override]
+        needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        flat = block.detach().reshape(-1)
+        rows, width = block.shape
+        nodes, degree = plan.nodes, plan.degree
+        moments = torch.zeros(nodes + 1, degree + 1, dtype=torch.float64, device=flat.device)
+        grad_block = torch.empty_like(flat) if needs_grad else None
+        loss_exact = torch.zeros((), dtype=torch.float64, device=flat.device)
+        pos_exact = torch.zeros_like(plan.positives)
+        own = torch.arange(rows, device=flat.device) * width + own_columns
+        chunk = CPU_CHUNK if flat.device.type == "cpu" else flat.numel()
+        grad_cols = plan.grad_table.T.contiguous()  # [D+1, nodes+1]
+        for begin in range(0, flat.numel(), chunk):
+            x = flat[begin : begin + chunk]
+            node, u = _locate(x, plan)
+            if plan.windowed:  # scores outside the grid go to the dummy node (zero tables) and are paired exactly
+                outside = (node < 0) | (node > nodes - 1)
+                out_idx = outside.nonzero().squeeze(1)
+                node = node.masked_fill(outside, nodes)
+                u = u.masked_fill(outside, 0.0)
+            index = node.to(torch.int32)
+            v = u.to(torch.float64) * plan.alpha
+            _deposit(moments[:, 0], index, None, nodes + 1)
+            power = v
+            for m in range(1, degree + 1):
+                _deposit(moments[:, m], index, power, nodes + 1)
+                if m < degree:
+                    power = power * v
+            if needs_grad:
+                v_g = v.to(flat.dtype)
+                g = grad_cols[degree].index_select(0, index)
+                for m in range(degree - 1, -1, -1):
+                    g = torch.addcmul(grad_cols[m].index_select(0, index), g, v_g)
+                grad_block[begin : begin + chunk] = g
+            if plan.windowed:
+                idx = out_idx[~torch.isin(out_idx + begin, own)]
+                loss_c, g_neg, g_pos = _exact_pairs(x[idx], plan)
+                loss_exact += loss_c
+                pos_exact += g_pos
+                if needs_grad:
+                    grad_block[begin + idx] = g_neg.to(flat.dtype)
+        # the rows' own positives are no negatives: take their moments out again and zero their gradient
+        node, u = _locate(flat[own], plan)
+        outside = (node < 0) | (node > nodes - 1)
+        index = node.masked_fill(outside, nodes).to(torch.int32)
+        v = u.masked_fill(outside, 0.0).to(torch.float64) * plan.alpha
+        power = -torch.ones_like(v)
+        for m in range(degree + 1):
+            _deposit(moments[:, m], index, power, nodes + 1)
+            power = power * v
+        moments = moments[:nodes]
+        loss = (plan.loss_table[:nodes] * moments).sum() + loss_exact
+        ctx.deferred, ctx.plan, ctx.shape = deferred, plan, block.shape
+        if needs_grad:
+            grad_block[own] = 0
+            ctx.moments, ctx.pos_exact = moments, pos_exact
+            ctx.save_for_backward(grad_block)
+        return loss.to(block.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        (grad_block,) = ctx.saved_tensors
+        plan: GridPlan = ctx.plan
+        g = grad_output.detach().to(torch.float64)
+        grad_pos = None
+        if ctx.deferred:
+            plan.moments += ctx.moments * g
+            plan.exact_positive_grad = plan.exact_positive_grad + ctx.pos_exact * g
+        elif ctx.needs_input_grad[0]:
+            grad_pos = ((plan.positive_grad(ctx.moments) + ctx.pos_exact) * g).to(grad_output.dtype)
+        grad_in = (grad_block * grad_output).view(ctx.shape) if ctx.needs_input_grad[1] else None
+        return grad_pos, grad_in, None, None, None
+
+
+def _exact_pairs(neg: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor, Tensor]:
+    """Scores outside the grid's window, paired with every positive exactly (float64)."""
+    pos = plan.positives
+    loss = torch.zeros((), dtype=torch.float64, device=pos.device)
+    g_neg = torch.empty(neg.numel(), dtype=torch.float64, device=pos.device)
+    g_pos = torch.zeros_like(pos)
+    step = max(1, TABLE_BLOCK // max(1, pos.numel()))
+    for begin in range(0, neg.numel(), step):
+        z = (neg[begin : begin + step].to(torch.float64).unsqueeze(1) - pos.unsqueeze(0)) * plan.inv_tau
+        loss += torch.nn.functional.softplus(z).sum()
+        s = torch.sigmoid(z)
+        g_neg[begin : begin + step] = s.sum(dim=1) * plan.inv_tau
+        g_pos -= s.sum(dim=0) * plan.inv_tau
+    return loss, g_neg, g_pos
+
+
+def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> GridPlan:
+    """The grid for scores in ``[lo, hi]`` (``n_scores`` of them, compared with ``positives``): the cheapest level,
+    nodes one past each end; when no level fits in :data:`MAX_NODES`, the coarsest one over a window of the bulk
+    (quantiles of ``sample``, a block of the scores)."""
+    plan = make_plan(positives, inv_tau, (hi - lo) * inv_tau, n_scores)
+    lo_node, hi_node = math.floor(lo / plan.h) - 1, math.ceil(hi / plan.h) + 1
+    if hi_node - lo_node + 1 > MAX_NODES:
+        lo_node, hi_node = _bulk_window(sample, plan)
+        plan.windowed = True
+    plan.build(lo_node, hi_node, torch.float64 if sample.dtype == torch.float64 else torch.float32)
+    return plan
+
+
+def grid_pair_sum(
+    positives: Tensor, block: Tensor, own_columns: Tensor, inv_tau: float, plan: GridPlan | None = None
+) -> Tensor:
+    """Σ over every positive ``p_i`` and every entry ``n`` of ``block`` (``[rows, M]``) except row r's own positive
+    (column ``own_columns[r]``) of ``softplus((n − p_i)·inv_tau)``: the pair sum of
+    :func:`~st_magnitude.losses.mw.pairwise_softplus_sum` on the block with −∞ on the own positives, in O(N + B·G).
+
+    Without ``plan``, one is made for this block (one host read: its score range) and the positives' gradient
+    flows back as usual. A ``plan`` made by :func:`plan_for_range` for the range of several blocks (a cached step's
+    chunks) costs no read per block; the positives' gradient is then accumulated in it, and the caller
+    back-propagates :meth:`GridPlan.deferred_positive_grad` once, after the last block.
+    """
+    deferred = plan is not None
+    if plan is None:
+        lo, hi = score_range(block)
+        plan = plan_for_range(positives, inv_tau, lo, hi, block.numel(), block)
+    return _GridPairs.apply(positives, block, plan, own_columns, deferred)
+
+
+def _bulk_window(sample: Tensor, plan: GridPlan) -> tuple[int, int]:
+    """Nodes of a :data:`MAX_NODES`-wide window around the bulk (the 0.1 %–99.9 % quantiles of a strided sample of
+    the scores); the scores outside it are paired exactly. A second host read, only for ranges beyond the bound."""
+    flat = sample.detach().reshape(-1)
+    picks = flat[:: max(1, flat.numel() // 2**16)].to(torch.float64)
+    levels = torch.tensor([1e-3, 0.5, 1 - 1e-3], dtype=torch.float64, device=picks.device)
+    lo, mid, hi = torch.quantile(picks, levels).tolist()
+    lo_node, hi_node = math.floor(lo / plan.h) - 1, math.ceil(hi / plan.h) + 1
+    if hi_node - lo_node + 1 > MAX_NODES:
+        centre = round(mid / plan.h)
+        return centre - MAX_NODES // 2, centre + MAX_NODES // 2 - 1
+    spare = MAX_NODES - (hi_node - lo_node + 1)
+    return lo_node - spare // 2, hi_node + spare - spare // 2
