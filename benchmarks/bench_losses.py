@@ -9,7 +9,7 @@
 Times are medians over ``--repeats`` alternating runs (after one warm-up each). Run::
 
     python benchmarks/bench_losses.py                       # MiniLM-L6 if installed, else the tiny model
-    python benchmarks/bench_losses.py --mem-batch 4096      # the issue's size (MW is O(B^3) pairs: slow on CPU)
+    python benchmarks/bench_losses.py --mem-batch 4096      # a large effective batch (MW's grid pair stage)
     python benchmarks/bench_losses.py --skip-time --mem-model minilm --mem-batch 256 \
         --mem-chunk-sizes 0 16384 65536 262144 1048576        # CachedMWLoss chunk_size sweep on a real model
 """

@@ -37,6 +37,25 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--model", "minilm", "--batch", "64", "--mem-model", "minilm", "--mem-batch", "1024"]
         + ["--mem-chunk-sizes", "0", "1048576"],
     ),
+    # MW's pair stage vs cross-entropy: the goal's sizes (1,024 and 4,096) and one small batch, one thread
+    "mw_pairs": (
+        "bench_mw_pairs.py",
+        [
+            "--batches",
+            "256",
+            "1024",
+            "4096",
+            "--hard",
+            "0",
+            "--pairwise-max",
+            "256",
+            "--repeats",
+            "2",
+            "--threads",
+            "1",
+        ],
+        ["--threads", "1"],
+    ),
     "search": (
         "bench_search.py",
         ["--data", str(DATA / "scifact"), "--repeats", "3"],

@@ -63,6 +63,10 @@ def make_losses(gather: bool, weight: torch.Tensor) -> dict[str, nn.Module]:
         )
         out["mw_cosine_paper"] = MWLoss(Linear(weight), "cosine", temperature=0.05, chunk_size=13, **raw)
         out["mw_qnorm_mean"] = MWLoss(Linear(weight), "qnorm", temperature=0.5, reduction="mean", **raw)
+        out["mw_grid_cosine"] = MWLoss(Linear(weight), "cosine", temperature=0.05, pair_stage="grid", **raw)
+        out["mw_grid_learnable_cached"] = CachedMWLoss(
+            Linear(weight), "dnorm", temperature="learnable", mini_batch_size=3, pair_stage="grid", **raw
+        )
         out["mw_learnable_cached"] = CachedMWLoss(
             Linear(weight), "learnable", temperature=0.1, mini_batch_size=3, chunk_size=11, **raw
         )

@@ -43,8 +43,9 @@ def _make_loss(name: str, model: nn.Module, cached: bool) -> nn.Module:
         if cached:
             return CachedPartialNormInfoNCELoss(model, "cosine", mini_batch_size=3, **kw)
         return PartialNormInfoNCELoss(model, "cosine", **kw)
-    if name == "mw_temperature":
+    if name.startswith("mw_temperature"):
         kw = {"temperature": "learnable", "reduction": "mean"}
+        kw.update({"pair_stage": "grid"} if name.endswith("grid") else {})
         return CachedMWLoss(model, "cosine", mini_batch_size=3, **kw) if cached else MWLoss(model, "cosine", **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LossSimilarityWarning)  # learnable γ̂ held by the loss: on purpose here
@@ -52,8 +53,9 @@ def _make_loss(name: str, model: nn.Module, cached: bool) -> nn.Module:
             if cached:
                 return CachedPartialNormInfoNCELoss(model, "learnable", mini_batch_size=3)
             return PartialNormInfoNCELoss(model, "learnable")
-        if name == "mw":
+        if name.startswith("mw"):
             kw = {"temperature": 0.1, "reduction": "mean"}
+            kw.update({"pair_stage": "grid"} if name.endswith("grid") else {})
             if cached:
                 return CachedMWLoss(model, "learnable", mini_batch_size=3, **kw)
             return MWLoss(model, "learnable", **kw)
@@ -79,9 +81,11 @@ def _params(loss: nn.Module) -> dict[str, torch.Tensor]:
 LOSS_HELD = {
     "infonce": "similarity_fct.",
     "mw": "similarity_fct.",
+    "mw_grid": "similarity_fct.",
     "l2dir": "nap_head.",
     "infonce_scale": "scale.log_scale",
     "mw_temperature": "temperature.log_scale",
+    "mw_temperature_grid": "temperature.log_scale",
     "l2dir_temperature": "temperature.log_scale",
 }
 NAMES = list(LOSS_HELD)

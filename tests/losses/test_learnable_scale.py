@@ -200,7 +200,7 @@ def _recording(cls):
     return Recording
 
 
-@pytest.mark.parametrize("kind", ["infonce", "infonce_cached", "mw_cached"])
+@pytest.mark.parametrize("kind", ["infonce", "infonce_cached", "mw_cached", "mw_grid", "mw_cached_grid"])
 def test_trainer_gradient_accumulation_equals_the_mean_of_its_micro_batches(tiny_bert_dir, tmp_path, kind):
     from sentence_transformers import SentenceTransformerTrainer
 
@@ -208,9 +208,12 @@ def test_trainer_gradient_accumulation_equals_the_mean_of_its_micro_batches(tiny
         "infonce": PartialNormInfoNCELoss,
         "infonce_cached": CachedPartialNormInfoNCELoss,
         "mw_cached": CachedMWLoss,
+        "mw_grid": MWLoss,
+        "mw_cached_grid": CachedMWLoss,
     }
-    kw = {"mini_batch_size": 3} if kind.endswith("cached") else {}
+    kw = {"mini_batch_size": 3} if "cached" in kind else {}
     kw.update({"temperature": "learnable", "reduction": "mean"} if kind.startswith("mw") else {"scale": "learnable"})
+    kw.update({"pair_stage": "grid"} if kind.endswith("grid") else {})
 
     def fresh():
         model = build_tiny_st(tiny_bert_dir, normalize=False, dropout=0.0).double()

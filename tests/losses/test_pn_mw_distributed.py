@@ -55,6 +55,8 @@ def test_two_process_gather_equals_full_batch(tmp_path):
         "infonce_learnable_cached",
         "mw_cosine_paper",
         "mw_qnorm_mean",
+        "mw_grid_cosine",
+        "mw_grid_learnable_cached",
         "mw_learnable_cached",
         "l2dir",
         "l2dir_cached",

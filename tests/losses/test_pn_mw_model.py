@@ -261,11 +261,25 @@ def test_infonce_bad_arguments(tiny_model):
 # mixed precision
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("loss_name", ["mw", "infonce"])
+@pytest.mark.parametrize("loss_name", ["mw", "mw_grid", "infonce"])
 def test_half_precision_embeddings_finite_at_tau_001(tiny_model_raw, dtype, loss_name):
-    """fp16/bf16 embeddings (as autocast produces) with τ = 0.01: loss and gradients finite."""
+    """fp16/bf16 embeddings (as autocast produces) with τ = 0.01: loss and gradients finite; on the grid also
+    equal to the pairwise stage on the same half-precision embeddings."""
     g = torch.Generator().manual_seed(0)
     embs = [(torch.randn(16, 32, generator=g) * 3).to(dtype).requires_grad_() for _ in range(3)]
+    if loss_name == "mw_grid":
+        loss = MWLoss(tiny_model_raw, "qnorm", temperature=0.01, pair_stage="grid")
+        twins = [e.detach().clone().requires_grad_() for e in embs]
+        want = MWLoss(tiny_model_raw, "qnorm", temperature=0.01, pair_stage="pairwise").compute_loss_from_embeddings(
+            twins
+        )
+        want.backward()
+        got = loss.compute_loss_from_embeddings(embs)
+        got.backward()
+        assert float(got) == pytest.approx(float(want), rel=1e-5)
+        for e, t in zip(embs, twins):
+            assert (e.grad.float() - t.grad.float()).abs().max() <= 1e-2 * t.grad.float().abs().max()  # half grads
+        return
     if loss_name == "mw":
         loss = MWLoss(tiny_model_raw, "qnorm", temperature=0.01)
     else:
@@ -277,10 +291,11 @@ def test_half_precision_embeddings_finite_at_tau_001(tiny_model_raw, dtype, loss
         assert e.grad is not None and torch.isfinite(e.grad.float()).all() and e.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("pair_stage", ["pairwise", "grid"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_autocast_through_model_finite(tiny_model_raw, dtype):
+def test_autocast_through_model_finite(tiny_model_raw, dtype, pair_stage):
     model = tiny_model_raw
-    loss = MWLoss(model, "dnorm", temperature=0.01)
+    loss = MWLoss(model, "dnorm", temperature=0.01, pair_stage=pair_stage)
     try:
         with torch.autocast("cpu", dtype=dtype):
             value = loss(batch(model, 3), None)
