@@ -2,15 +2,23 @@
 
 The write side of the trust boundary (:mod:`.write` writes atomically); the CLI and the lab call these on every
 output flag before they train, evaluate or read anything large.
+
+:func:`removed_on_failure` is the one cleanup rule of every command that writes: a failed or interrupted run takes
+back the folders it created for its outputs, and nothing else. What it created is decided from the *resolved*
+paths before the run starts, so ``-o keep/new/..`` (which names ``keep`` once ``keep/new`` exists) can never make
+it remove ``keep``: a folder that existed before the run is never removed.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["check_output_dir", "check_output_file"]
+__all__ = ["check_output_dir", "check_output_file", "folders_made_for", "removed_on_failure"]
 
 
 def _probe_dir(folder: Path, what: str, path: str) -> None:
@@ -53,3 +61,43 @@ def check_output_dir(path: str | os.PathLike, what: str = "output folder", *, mu
     if not anchor.is_dir():
         raise NotADirectoryError(f"{what} {str(path)!r} cannot be created: {anchor} is a file, not a folder.")
     _probe_dir(anchor, what, str(path))
+
+
+def folders_made_for(path: str | os.PathLike) -> list[Path]:
+    """The folders that making ``path`` (as ``os.makedirs`` walks it, component by component) would create, resolved
+    and deepest first: every prefix of the path that does not exist now, less those that resolve to a folder that
+    does (``keep/new/..`` is ``keep``)."""
+    parts = Path(path).absolute().parts
+    made: dict[Path, None] = {}
+    for i in range(1, len(parts) + 1):
+        prefix = Path(*parts[:i])
+        if prefix.exists():
+            continue
+        real = prefix.resolve()
+        if not os.path.lexists(real):
+            made[real] = None
+    return sorted(made, key=lambda p: len(p.parts), reverse=True)
+
+
+@contextmanager
+def removed_on_failure(path: str | os.PathLike | None, *, keep_contents: bool = False) -> Iterator[None]:
+    """When the block fails (an error or Ctrl-C), remove the output folder ``path`` and the parents created for it,
+    if this run created them; a folder that existed before is never touched.
+
+    ``keep_contents``: remove only the created folders that are empty (a resumable run keeps what it wrote, e.g. a
+    partial result to continue). For an output *file*, pass its folder with ``keep_contents=True``.
+    """
+    if path is None:
+        yield
+        return
+    output = Path(path).resolve()
+    made = folders_made_for(path)
+    try:
+        yield
+    except BaseException:
+        for folder in made:  # deepest first
+            if folder == output and not keep_contents:
+                shutil.rmtree(folder, ignore_errors=True)
+            elif folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise

@@ -16,6 +16,13 @@ trust boundary (:mod:`st_magnitude._trust`), whose :class:`~st_magnitude._trust.
 names the file and the line or key; any other exception is a bug in the package and keeps its traceback.
 Ctrl-C prints one line and exits 130; a command may add a hint to that line with
 ``set_defaults(interrupt_hint="...")``.
+
+What a command writes is declared in its module's ``OUTPUTS`` (option ``dest`` -> ``"folder"``, ``"resumable"`` or
+``"file"``), and :func:`main` applies the one cleanup rule to each
+(:func:`st_magnitude._trust.outputs.removed_on_failure`): a failed or interrupted run takes back the folders it
+created and nothing that existed before it. ``"folder"``: an output folder the run created is removed with what the
+run wrote in it; ``"resumable"``: created folders are removed only when empty (what a killed run wrote is kept to
+resume from); ``"file"``: the empty folders created for the file.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +153,28 @@ def _quiet_transformers():
     return restore
 
 
+#: The kinds of output a command declares in its ``OUTPUTS`` (see the module docstring).
+OUTPUT_KINDS = ("folder", "resumable", "file")
+
+
+@contextlib.contextmanager
+def _cleaned_on_failure(args: argparse.Namespace) -> Iterator[None]:
+    """The one cleanup rule applied to every output the command ``args.command`` declares in its ``OUTPUTS``."""
+    from st_magnitude._trust.outputs import removed_on_failure
+
+    module = sys.modules.get(f"{__name__}.{args.command}")
+    with contextlib.ExitStack() as stack:
+        for dest, kind in getattr(module, "OUTPUTS", {}).items():
+            value = getattr(args, dest, None)
+            if value is None:
+                continue
+            if kind == "file":
+                stack.enter_context(removed_on_failure(Path(value).parent, keep_contents=True))
+            else:
+                stack.enter_context(removed_on_failure(value, keep_contents=kind == "resumable"))
+        yield
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names: its first word that is not an option (the top level's options take no value)."""
     for word in argv:
@@ -168,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        with _command_output(args.verbose):
+        with _command_output(args.verbose), _cleaned_on_failure(args):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         hint = getattr(args, "interrupt_hint", None)

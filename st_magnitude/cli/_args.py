@@ -15,21 +15,23 @@ The similarity names a command accepts come from :func:`similarity_names` (one r
 Argument types and up-front checks: every command validates its arguments and its outputs before any work (loading a
 model, reading data): numbers through the ``argparse`` types below (a bad value is a one-line usage error, exit 2),
 output paths through :func:`check_output_file` / :func:`check_output_dir`, which *probe* writability by creating and
-removing a file (``os.access`` says yes to root on a read-only file system), and :func:`removed_on_failure` takes
-back an output folder a failed run created. Nothing heavy is imported at module level.
+removing a file (``os.access`` says yes to root on a read-only file system), and :func:`removed_on_failure` (the one
+cleanup rule, :mod:`st_magnitude._trust.outputs`, which :func:`st_magnitude.cli.main` applies to every output a
+command declares in its ``OUTPUTS``) takes back the output folders a failed run created. Nothing heavy is imported
+at module level.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from st_magnitude._trust.outputs import check_output_dir, check_output_file  # noqa: F401 - the commands' one import
+from st_magnitude._trust.outputs import (  # noqa: F401 - the commands' one import
+    check_output_dir,
+    check_output_file,
+    removed_on_failure,
+)
 
 __all__ = [
     "OPTIONS",
@@ -86,29 +88,6 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
     return value
-
-
-@contextmanager
-def removed_on_failure(path: str | os.PathLike | None) -> Iterator[None]:
-    """Remove ``path`` (and the parents created for it) when the block fails and the folder did not exist before."""
-    if path is None:
-        yield
-        return
-    p = Path(path).absolute()
-    created = []
-    q = p
-    while not q.exists() and q != q.parent:
-        created.append(q)
-        q = q.parent
-    try:
-        yield
-    except BaseException:
-        for folder in created:  # deepest first
-            if folder == p:
-                shutil.rmtree(folder, ignore_errors=True)
-            elif folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-        raise
 
 
 def check_device(device: str | None) -> str | None:

@@ -21,6 +21,10 @@ DESCRIPTION = (
 )
 
 
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "folder"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from st_magnitude.serving.onnx_graphs import KEEP_F32, QUANTIZATIONS
 
