@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["check_output_dir", "check_output_file", "folders_made_for", "removed_on_failure"]
+__all__ = ["check_output_dir", "check_output_file", "check_outside_model", "folders_made_for", "removed_on_failure"]
 
 
 def _probe_dir(folder: Path, what: str, path: str) -> None:
@@ -61,6 +61,33 @@ def check_output_dir(path: str | os.PathLike, what: str = "output folder", *, mu
     if not anchor.is_dir():
         raise NotADirectoryError(f"{what} {str(path)!r} cannot be created: {anchor} is a file, not a folder.")
     _probe_dir(anchor, what, str(path))
+
+
+def check_outside_model(
+    model: str | os.PathLike | None,
+    output: str | os.PathLike | None,
+    what: str,
+    *,
+    may_be_the_model: bool = False,
+) -> None:
+    """Raise ``ValueError`` when ``output`` (a file or folder) is the local model folder ``model`` or lies inside it,
+    however the path is spelled (``..``, symlinks): no command writes into the model it reads. A ``model`` that is
+    no local folder (a hub id) has nothing to protect. ``may_be_the_model``: the model folder itself is allowed
+    (``calibrate`` saves its map there by design), a path inside it is not."""
+    if model is None or output is None or not Path(model).is_dir():
+        return
+    real_model = Path(model).resolve()
+    real_output = Path(output).resolve()
+    advice = "no command writes inside the model folder it reads: choose a path outside it"
+    if real_output == real_model:
+        if may_be_the_model:
+            return
+        raise ValueError(f"{what} {os.fspath(output)!r} is the model folder {os.fspath(model)!r} itself; {advice}")
+    if real_model in real_output.parents:
+        raise ValueError(
+            f"{what} {os.fspath(output)!r} lies inside the model folder {os.fspath(model)!r} "
+            f"(at {real_output.relative_to(real_model)}); {advice}"
+        )
 
 
 def folders_made_for(path: str | os.PathLike) -> list[Path]:

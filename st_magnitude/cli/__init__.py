@@ -22,7 +22,9 @@ What a command writes is declared in its module's ``OUTPUTS`` (option ``dest`` -
 (:func:`st_magnitude._trust.outputs.removed_on_failure`): a failed or interrupted run takes back the folders it
 created and nothing that existed before it. ``"folder"``: an output folder the run created is removed with what the
 run wrote in it; ``"resumable"``: created folders are removed only when empty (what a killed run wrote is kept to
-resume from); ``"file"``: the empty folders created for the file.
+resume from); ``"file"``: the empty folders created for the file. Before the command runs, no declared output may be
+the command's model folder (``args.model``) or lie inside it (:func:`~st_magnitude._trust.outputs.check_outside_model`;
+a command lists in ``MAY_BE_THE_MODEL`` an output that may be the model folder itself).
 """
 
 from __future__ import annotations
@@ -158,13 +160,19 @@ OUTPUT_KINDS = ("folder", "resumable", "file")
 
 
 @contextlib.contextmanager
-def _cleaned_on_failure(args: argparse.Namespace) -> Iterator[None]:
-    """The one cleanup rule applied to every output the command ``args.command`` declares in its ``OUTPUTS``."""
-    from st_magnitude._trust.outputs import removed_on_failure
+def _guarded_outputs(args: argparse.Namespace) -> Iterator[None]:
+    """Every output the command ``args.command`` declares in its ``OUTPUTS``: refused when it lies inside the model,
+    then under the one cleanup rule while the command runs."""
+    from st_magnitude._trust.outputs import check_outside_model, removed_on_failure
 
     module = sys.modules.get(f"{__name__}.{args.command}")
+    outputs = getattr(module, "OUTPUTS", {})
+    for dest in outputs:
+        flag = "--" + dest.replace("_", "-")
+        may_be = dest in getattr(module, "MAY_BE_THE_MODEL", ())
+        check_outside_model(getattr(args, "model", None), getattr(args, dest, None), flag, may_be_the_model=may_be)
     with contextlib.ExitStack() as stack:
-        for dest, kind in getattr(module, "OUTPUTS", {}).items():
+        for dest, kind in outputs.items():
             value = getattr(args, dest, None)
             if value is None:
                 continue
@@ -198,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        with _command_output(args.verbose), _cleaned_on_failure(args):
+        with _command_output(args.verbose), _guarded_outputs(args):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         hint = getattr(args, "interrupt_hint", None)

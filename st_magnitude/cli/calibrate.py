@@ -28,6 +28,8 @@ DESCRIPTION = (
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"output": "folder", "json": "file"}
+#: The calibration is saved into the model folder by design (the default): ``--output MODEL`` is that default.
+MAY_BE_THE_MODEL = ("output",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
