@@ -18,7 +18,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["check_output_dir", "check_output_file", "check_outside_model", "folders_made_for", "removed_on_failure"]
+__all__ = [
+    "check_output_dir",
+    "check_output_file",
+    "check_outside_model",
+    "folders_made_for",
+    "output_path",
+    "removed_on_failure",
+]
+
+
+def output_path(path: str | os.PathLike) -> Path:
+    """The absolute path an output ``path`` names, as every check and writer takes it: the folder holding it resolved
+    (``..`` and symlinks: ``OUT/sub/..`` is ``OUT``), its last component kept as written unless it is ``.`` or
+    ``..`` (so a symlink *at* the output stays visible to the writer's own checks)."""
+    p = Path(path).absolute()
+    if p.name in ("", ".", ".."):  # Path("x/.") is already "x"; "x/.." and "/" resolve whole
+        return p.resolve()
+    return p.parent.resolve() / p.name
 
 
 def _probe_dir(folder: Path, what: str, path: str) -> None:
@@ -39,7 +56,7 @@ def _nearest_existing(path: Path) -> Path:
 
 def check_output_file(path: str | os.PathLike, what: str = "output file") -> None:
     """Raise before any work when ``path`` cannot be written as a file (a folder, under a file, not writable)."""
-    p = Path(path)
+    p = output_path(path)
     if p.is_dir():
         raise IsADirectoryError(f"{what} {str(path)!r} is a folder; give a file name (e.g. {Path(path, 'out')}).")
     anchor = _nearest_existing(p.parent)
@@ -51,8 +68,8 @@ def check_output_file(path: str | os.PathLike, what: str = "output file") -> Non
 
 
 def check_output_dir(path: str | os.PathLike, what: str = "output folder", *, must_be_empty: bool = False) -> None:
-    """Raise before any work when ``path`` cannot be used as an output folder."""
-    p = Path(path)
+    """Raise before any work when ``path`` cannot be used as an output folder (as :func:`output_path` names it)."""
+    p = output_path(path)
     if p.exists() and not p.is_dir():
         raise NotADirectoryError(f"{what} {str(path)!r} is a file, not a folder.")
     if must_be_empty and p.is_dir() and any(p.iterdir()):

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from st_magnitude._trust import Fields, InputFileError, contained, read_json, write_json_atomic
+from st_magnitude._trust.outputs import output_path
 from st_magnitude.serving.metric import import_stack
 from st_magnitude.serving.onnx_graphs import (
     KEEP_F32,
@@ -106,7 +107,7 @@ def export_onnx(
     import_stack("onnx", "onnx")
     if optimize or quantize != "none":
         import_stack("onnxruntime", "onnxruntime")
-    target = _new_or_empty(Path(folder))
+    target = _new_or_empty(output_path(folder))  # OUT/sub/.. is OUT: the final rename names the folder itself
     tokenizer, max_len = _tokenizer(model)
     settings = {
         "opset": opset,
