@@ -34,6 +34,7 @@ from st_magnitude._trust.outputs import (  # noqa: F401 - the commands' one impo
 )
 
 __all__ = [
+    "MAX_THREADS",
     "OPTIONS",
     "SHORT_FLAGS",
     "SUBSAMPLE",
@@ -44,6 +45,7 @@ __all__ = [
     "check_model_path",
     "check_output_dir",
     "check_output_file",
+    "int_range",
     "non_negative_int",
     "positive_float",
     "positive_int",
@@ -77,6 +79,26 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return value
+
+
+def int_range(low: int, high: int):
+    """An ``argparse`` type: an integer from ``low`` to ``high``, else a usage error naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer from {low} to {high}"
+    return parse
+
+
+#: ``--threads``: torch makes every thread it is told to (100,000 of them per matrix product, 2**40 overflows).
+MAX_THREADS = 1024
 
 
 def positive_float(text: str) -> float:
@@ -223,7 +245,12 @@ OPTIONS: dict[str, dict[str, Any]] = {
     },
     "--max-seq-length": {"type": positive_int, "default": None, "help": "cap the tokens per input"},
     "--batch-size": {"type": positive_int, "default": None, "help": "encoding batch size (default: %(default)s)"},
-    "--threads": {"type": positive_int, "default": None, "help": "torch CPU threads"},
+    "--threads": {
+        "type": int_range(1, MAX_THREADS),
+        "default": None,
+        "metavar": "N",
+        "help": f"torch CPU threads (1 to {MAX_THREADS})",
+    },
     "--device": {"default": None, "help": "cpu, cuda or cuda:N (default: cuda when available)"},
     "--trust-remote-code": {"action": "store_true", "help": TRUST_HELP},
 }

@@ -40,6 +40,7 @@ from st_magnitude._trust.outputs import output_path
 from st_magnitude.serving.metric import import_stack
 from st_magnitude.serving.onnx_graphs import (
     KEEP_F32,
+    OPSET_RANGE,
     QUANTIZATIONS,
     fuse,
     model_identity,
@@ -99,6 +100,8 @@ def export_onnx(
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}")
+    if isinstance(opset, bool) or not isinstance(opset, int) or not OPSET_RANGE[0] <= opset <= OPSET_RANGE[1]:
+        raise ValueError(f"opset must be an integer from {OPSET_RANGE[0]} to {OPSET_RANGE[1]}, got {opset!r}")
     try:
         re.compile(keep_f32)
     except re.error as exc:
