@@ -57,6 +57,9 @@ COMMANDS: dict[str, str] = {
 }
 
 
+_Extend = getattr(argparse, "_ExtendAction", argparse._AppendAction)
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line on stderr (exit 2), naming the command; sub-commands inherit the class. Options are
     spelled in full (no abbreviations): a prefix such as ``--out`` or ``--data`` is not taken for ``--output`` or
@@ -67,6 +70,34 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._refuse_repeats(sys.argv[1:] if args is None else list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_repeats(self, argv: list[str]) -> None:
+        """An option of this parser that takes values, given more than once, is a usage error naming it (argparse
+        keeps the last one silently: ``--data A --data B`` would read only B). ``append`` options repeat by design.
+        Sub-commands check their own options (argparse hands each its part of the line)."""
+        seen: dict[argparse.Action, int] = {}
+        for word in argv:
+            if word == "--":
+                break
+            if not word.startswith("-") or word == "-":
+                continue
+            action = self._option_string_actions.get(word.split("=", 1)[0])
+            if action is None and not word.startswith("--"):
+                action = self._option_string_actions.get(word[:2])  # -oVALUE
+            if action is None or action.nargs == 0 or isinstance(action, (argparse._AppendAction, _Extend)):
+                continue
+            seen[action] = seen.get(action, 0) + 1
+        for action, count in seen.items():
+            if count > 1:
+                flag = max(action.option_strings, key=len)
+                several = f"; it takes several values after one flag: {flag} A B" if action.nargs in ("+", "*") else ""
+                self.error(
+                    f"{flag} given {count} times (the last would silently replace the others): give it once{several}"
+                )
 
 
 def _one_line(exc: BaseException) -> str:
