@@ -16,6 +16,15 @@ trust boundary (:mod:`st_magnitude._trust`), whose :class:`~st_magnitude._trust.
 names the file and the line or key; any other exception is a bug in the package and keeps its traceback.
 Ctrl-C prints one line and exits 130; a command may add a hint to that line with
 ``set_defaults(interrupt_hint="...")``.
+
+What a command writes is declared in its module's ``OUTPUTS`` (option ``dest`` -> ``"folder"``, ``"resumable"`` or
+``"file"``), and :func:`main` applies the one cleanup rule to each
+(:func:`st_magnitude._trust.outputs.removed_on_failure`): a failed or interrupted run takes back the folders it
+created and nothing that existed before it. ``"folder"``: an output folder the run created is removed with what the
+run wrote in it; ``"resumable"``: created folders are removed only when empty (what a killed run wrote is kept to
+resume from); ``"file"``: the empty folders created for the file. Before the command runs, no declared output may be
+the command's model folder (``args.model``) or lie inside it (:func:`~st_magnitude._trust.outputs.check_outside_model`;
+a command lists in ``MAY_BE_THE_MODEL`` an output that may be the model folder itself).
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +57,9 @@ COMMANDS: dict[str, str] = {
 }
 
 
+_Extend = getattr(argparse, "_ExtendAction", argparse._AppendAction)
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line on stderr (exit 2), naming the command; sub-commands inherit the class. Options are
     spelled in full (no abbreviations): a prefix such as ``--out`` or ``--data`` is not taken for ``--output`` or
@@ -57,6 +70,34 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._refuse_repeats(sys.argv[1:] if args is None else list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_repeats(self, argv: list[str]) -> None:
+        """An option of this parser that takes values, given more than once, is a usage error naming it (argparse
+        keeps the last one silently: ``--data A --data B`` would read only B). ``append`` options repeat by design.
+        Sub-commands check their own options (argparse hands each its part of the line)."""
+        seen: dict[argparse.Action, int] = {}
+        for word in argv:
+            if word == "--":
+                break
+            if not word.startswith("-") or word == "-":
+                continue
+            action = self._option_string_actions.get(word.split("=", 1)[0])
+            if action is None and not word.startswith("--"):
+                action = self._option_string_actions.get(word[:2])  # -oVALUE
+            if action is None or action.nargs == 0 or isinstance(action, (argparse._AppendAction, _Extend)):
+                continue
+            seen[action] = seen.get(action, 0) + 1
+        for action, count in seen.items():
+            if count > 1:
+                flag = max(action.option_strings, key=len)
+                several = f"; it takes several values after one flag: {flag} A B" if action.nargs in ("+", "*") else ""
+                self.error(
+                    f"{flag} given {count} times (the last would silently replace the others): give it once{several}"
+                )
 
 
 def _one_line(exc: BaseException) -> str:
@@ -145,6 +186,34 @@ def _quiet_transformers():
     return restore
 
 
+#: The kinds of output a command declares in its ``OUTPUTS`` (see the module docstring).
+OUTPUT_KINDS = ("folder", "resumable", "file")
+
+
+@contextlib.contextmanager
+def _guarded_outputs(args: argparse.Namespace) -> Iterator[None]:
+    """Every output the command ``args.command`` declares in its ``OUTPUTS``: refused when it lies inside the model,
+    then under the one cleanup rule while the command runs."""
+    from st_magnitude._trust.outputs import check_outside_model, removed_on_failure
+
+    module = sys.modules.get(f"{__name__}.{args.command}")
+    outputs = getattr(module, "OUTPUTS", {})
+    for dest in outputs:
+        flag = "--" + dest.replace("_", "-")
+        may_be = dest in getattr(module, "MAY_BE_THE_MODEL", ())
+        check_outside_model(getattr(args, "model", None), getattr(args, dest, None), flag, may_be_the_model=may_be)
+    with contextlib.ExitStack() as stack:
+        for dest, kind in outputs.items():
+            value = getattr(args, dest, None)
+            if value is None:
+                continue
+            if kind == "file":
+                stack.enter_context(removed_on_failure(Path(value).parent, keep_contents=True))
+            else:
+                stack.enter_context(removed_on_failure(value, keep_contents=kind == "resumable"))
+        yield
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names: its first word that is not an option (the top level's options take no value)."""
     for word in argv:
@@ -168,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        with _command_output(args.verbose):
+        with _command_output(args.verbose), _guarded_outputs(args):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         hint = getattr(args, "interrupt_hint", None)

@@ -15,23 +15,26 @@ The similarity names a command accepts come from :func:`similarity_names` (one r
 Argument types and up-front checks: every command validates its arguments and its outputs before any work (loading a
 model, reading data): numbers through the ``argparse`` types below (a bad value is a one-line usage error, exit 2),
 output paths through :func:`check_output_file` / :func:`check_output_dir`, which *probe* writability by creating and
-removing a file (``os.access`` says yes to root on a read-only file system), and :func:`removed_on_failure` takes
-back an output folder a failed run created. Nothing heavy is imported at module level.
+removing a file (``os.access`` says yes to root on a read-only file system), and :func:`removed_on_failure` (the one
+cleanup rule, :mod:`st_magnitude._trust.outputs`, which :func:`st_magnitude.cli.main` applies to every output a
+command declares in its ``OUTPUTS``) takes back the output folders a failed run created. Nothing heavy is imported
+at module level.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from st_magnitude._trust.outputs import check_output_dir, check_output_file  # noqa: F401 - the commands' one import
+from st_magnitude._trust.outputs import (  # noqa: F401 - the commands' one import
+    check_output_dir,
+    check_output_file,
+    removed_on_failure,
+)
 
 __all__ = [
+    "MAX_THREADS",
     "OPTIONS",
     "SHORT_FLAGS",
     "SUBSAMPLE",
@@ -42,6 +45,7 @@ __all__ = [
     "check_model_path",
     "check_output_dir",
     "check_output_file",
+    "int_range",
     "non_negative_int",
     "positive_float",
     "positive_int",
@@ -77,6 +81,26 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def int_range(low: int, high: int):
+    """An ``argparse`` type: an integer from ``low`` to ``high``, else a usage error naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer from {low} to {high}"
+    return parse
+
+
+#: ``--threads``: torch makes every thread it is told to (100,000 of them per matrix product, 2**40 overflows).
+MAX_THREADS = 1024
+
+
 def positive_float(text: str) -> float:
     """``argparse`` type: a finite float > 0."""
     try:
@@ -86,29 +110,6 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
     return value
-
-
-@contextmanager
-def removed_on_failure(path: str | os.PathLike | None) -> Iterator[None]:
-    """Remove ``path`` (and the parents created for it) when the block fails and the folder did not exist before."""
-    if path is None:
-        yield
-        return
-    p = Path(path).absolute()
-    created = []
-    q = p
-    while not q.exists() and q != q.parent:
-        created.append(q)
-        q = q.parent
-    try:
-        yield
-    except BaseException:
-        for folder in created:  # deepest first
-            if folder == p:
-                shutil.rmtree(folder, ignore_errors=True)
-            elif folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-        raise
 
 
 def check_device(device: str | None) -> str | None:
@@ -244,7 +245,12 @@ OPTIONS: dict[str, dict[str, Any]] = {
     },
     "--max-seq-length": {"type": positive_int, "default": None, "help": "cap the tokens per input"},
     "--batch-size": {"type": positive_int, "default": None, "help": "encoding batch size (default: %(default)s)"},
-    "--threads": {"type": positive_int, "default": None, "help": "torch CPU threads"},
+    "--threads": {
+        "type": int_range(1, MAX_THREADS),
+        "default": None,
+        "metavar": "N",
+        "help": f"torch CPU threads (1 to {MAX_THREADS})",
+    },
     "--device": {"default": None, "help": "cpu, cuda or cuda:N (default: cuda when available)"},
     "--trust-remote-code": {"action": "store_true", "help": TRUST_HELP},
 }

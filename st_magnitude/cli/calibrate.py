@@ -26,6 +26,12 @@ DESCRIPTION = (
 )
 
 
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "folder", "json": "file"}
+#: The calibration is saved into the model folder by design (the default): ``--output MODEL`` is that default.
+MAY_BE_THE_MODEL = ("output",)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="SentenceTransformer folder (the map is saved into it unless --output is given)")
     add_option(p, "--data", help="one local BEIR folder with labelled splits")

@@ -56,6 +56,10 @@ def _description() -> str:
     return f"{textwrap.fill(intro, 100)}\n\n{textwrap.fill(full, 100)}\n{items}\n\n{textwrap.fill(quick, 100)}"
 
 
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "resumable"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = _description()
     p.formatter_class = argparse.RawDescriptionHelpFormatter  # the description's list of departures

@@ -40,6 +40,10 @@ def check_margin(value: float, what: str) -> None:
         raise ValueError(f"{what} {value!r}: {problem}")
 
 
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "folder"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="SentenceTransformer folder or hub id")
     p.add_argument(

@@ -14,7 +14,6 @@ from st_magnitude.cli._args import (
     non_negative_int,
     positive_int,
     refuse_foreign_code,
-    removed_on_failure,
     set_threads,
     values,
 )
@@ -28,6 +27,10 @@ DESCRIPTION = (
     "half-sampling interval (inconclusive below 8n pairs), pooled ROC-AUC, cross-evaluation; report.md + "
     "PNGs in --output."
 )
+
+
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "folder"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,8 +104,7 @@ def run(args: argparse.Namespace) -> int:
         from st_magnitude.model.load import load_model
 
         model = load_model(args.model, trust_remote_code=True)
-    with removed_on_failure(args.output):
-        diag = _diagnose(diagnose, model, args)
+    diag = _diagnose(diagnose, model, args)  # a failure takes back the --output it created (OUTPUTS)
     print(f"model: {args.model} — serves {diag.serves}")
     if diag.kappa is not None:
         print(f"κ rule ({diag.kappa_source}, {diag.kappa_seconds:.1f} s): {diag.kappa.summary()}")

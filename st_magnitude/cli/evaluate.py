@@ -25,6 +25,10 @@ DESCRIPTION = (
 )
 
 
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"json": "file"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
     add_options(p, "--data", "--split", "--max-corpus", "--max-queries", "--seed")

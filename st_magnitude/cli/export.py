@@ -9,6 +9,7 @@ from st_magnitude.cli._args import (
     add_options,
     check_model_path,
     check_output_dir,
+    int_range,
     refuse_foreign_code,
     values,
 )
@@ -21,8 +22,12 @@ DESCRIPTION = (
 )
 
 
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "folder"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from st_magnitude.serving.onnx_graphs import KEEP_F32, QUANTIZATIONS
+    from st_magnitude.serving.onnx_graphs import KEEP_F32, OPSET_RANGE, QUANTIZATIONS
 
     p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
     add_option(p, "--output", required=True, help="new or empty folder for the graphs")
@@ -39,7 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"with --quantize int8: MatMul nodes (by name) kept in float32; '' quantizes all (default {KEEP_F32!r})",
     )
     p.add_argument("--no-optimize", action="store_true", help="skip the fusions (the graphs as torch traces them)")
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    p.add_argument(
+        "--opset",
+        type=int_range(*OPSET_RANGE),
+        default=17,
+        help=f"ONNX opset, {OPSET_RANGE[0]} to {OPSET_RANGE[1]} (default 17)",
+    )
     add_options(p, "--max-seq-length", "--trust-remote-code")
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from st_magnitude.cli._args import SUBSAMPLE, add_option, add_options, check_output_dir, removed_on_failure, values
+from st_magnitude.cli._args import SUBSAMPLE, add_option, add_options, check_output_dir, values
 
 DESCRIPTION = "mteb CLI shim: registers local models and BEIR folders, then runs `mteb` itself."
+
+
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "folder", "prediction_folder": "folder"}
 
 
 def add_arguments(m: argparse.ArgumentParser) -> None:
@@ -74,7 +78,8 @@ def _run(args: argparse.Namespace) -> int:
         if value is not None:
             argv += [flag, str(value)]
     print(f"mteb run: results go to {os.path.abspath(args.output)}", flush=True)
-    with removed_on_failure(args.output), removed_on_failure(args.prediction_folder):
-        mteb_cli(argv, **values(args, *SUBSAMPLE, "on_missing", "trust_remote_code"))
+    mteb_cli(  # a failure takes back the folders it created (OUTPUTS)
+        argv, **values(args, *SUBSAMPLE, "on_missing", "trust_remote_code")
+    )
     print(f"mteb results written under {os.path.abspath(args.output)}")
     return 0

@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from st_magnitude.cli._args import add_option, add_options, removed_on_failure, values
+from st_magnitude.cli._args import add_option, add_options, values
 
 __all__ = ["COMMITTED_REPORT", "DEFAULT_RESULTS", "add_arguments", "run"]
 
@@ -24,6 +24,10 @@ DESCRIPTION = (
     f"and replication/forest.png beside it from the summaries in --results (the committed page: --report "
     f"{COMMITTED_REPORT} --results {DEFAULT_RESULTS})."
 )
+
+
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "resumable", "results": "resumable", "report": "file"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -138,8 +142,7 @@ def run(args: argparse.Namespace) -> int:
         if args.claim:
             raise ValueError(f"--merge takes no claim ({args.claim!r}): each part's file names its claim")
 
-        with removed_on_failure(args.output), removed_on_failure(results):  # a failed merge leaves no empty folder
-            record = merge_runs(args.merge, args.output, results, force=args.force)
+        record = merge_runs(args.merge, args.output, results, force=args.force)  # failed: no empty folder (OUTPUTS)
         r = record["resources"]
         print(
             f"{record['claim']} ({record['profile']}): merged {len(args.merge)} parts, "

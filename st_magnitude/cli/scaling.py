@@ -23,6 +23,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_GROUP_BY = ("recipe", "dataset")
 
 
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"json": "file", "plot": "file"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="scaling_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])

@@ -6,6 +6,9 @@ import argparse
 
 from st_magnitude.cli._args import add_option, check_output_dir
 
+#: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
+OUTPUTS = {"output": "folder"}
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="saved SentenceTransformer folder")

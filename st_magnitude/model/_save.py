@@ -31,7 +31,9 @@ def _disk_full(exc: BaseException) -> bool:
 
 def save_model(model: Any, output: str | os.PathLike) -> Path:
     """``model.save(output)`` through a staging folder beside ``output`` (which must be new or empty)."""
-    target = Path(output).absolute()
+    from st_magnitude._trust.outputs import output_path
+
+    target = output_path(output)  # OUT/sub/.. is OUT: the rename below must name the folder itself
     target.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.save-", dir=target.parent))
     try:

@@ -381,6 +381,10 @@ def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str
         raise FileNotFoundError(f"{src} is not a saved SentenceTransformer folder (no modules.json)")
     check_model_folder(src)  # every path it names stays inside it: nothing outside is read, copied or deleted
     plan = plan_strip(src)  # refuses a deletion that would reach the folder itself or a folder another entry uses
+    if dst is not None:
+        from st_magnitude._trust.outputs import output_path
+
+        dst = output_path(dst)  # OUT/sub/.. is OUT: the emptiness check and the rename name the folder itself
     if dst is not None and dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise FileExistsError(f"output_path {dst} exists and is not empty")
     target = (dst if dst is not None else src).absolute()

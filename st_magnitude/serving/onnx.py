@@ -10,7 +10,9 @@ quantizes their weights. The tokenizer is saved next to the graphs; :class:`Onnx
 batches texts sorted by length as sentence-transformers does, and runs the graph of the requested role.
 
 The export writes only into a new or empty folder, through a staging folder renamed into place at the end, so an
-interrupted export leaves nothing behind and never overwrites a model's files. Both graphs carry one identity (a hash
+interrupted export leaves nothing behind and never overwrites a model's files; the staging folder a *killed* export
+leaves (``.OUT.XXXXXXXX.partial``) is removed by the next export to ``OUT`` (each export holds a ``flock`` on its own,
+so one that nobody holds is stale). Both graphs carry one identity (a hash
 of the model's weights and the export settings) that the folder's ``st_magnitude_onnx.json`` records;
 :class:`OnnxEncoder` refuses a graph whose identity or role differs, naming the file.
 
@@ -36,9 +38,11 @@ import torch
 from torch import nn
 
 from st_magnitude._trust import Fields, InputFileError, contained, read_json, write_json_atomic
+from st_magnitude._trust.outputs import output_path
 from st_magnitude.serving.metric import import_stack
 from st_magnitude.serving.onnx_graphs import (
     KEEP_F32,
+    OPSET_RANGE,
     QUANTIZATIONS,
     fuse,
     model_identity,
@@ -98,6 +102,8 @@ def export_onnx(
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZATIONS)}, got {quantize!r}")
+    if isinstance(opset, bool) or not isinstance(opset, int) or not OPSET_RANGE[0] <= opset <= OPSET_RANGE[1]:
+        raise ValueError(f"opset must be an integer from {OPSET_RANGE[0]} to {OPSET_RANGE[1]}, got {opset!r}")
     try:
         re.compile(keep_f32)
     except re.error as exc:
@@ -106,7 +112,7 @@ def export_onnx(
     import_stack("onnx", "onnx")
     if optimize or quantize != "none":
         import_stack("onnxruntime", "onnxruntime")
-    target = _new_or_empty(Path(folder))
+    target = _new_or_empty(output_path(folder))  # OUT/sub/.. is OUT: the final rename names the folder itself
     tokenizer, max_len = _tokenizer(model)
     settings = {
         "opset": opset,
@@ -161,9 +167,15 @@ def _new_or_empty(folder: Path) -> Path:
 
 @contextlib.contextmanager
 def _staged(target: Path) -> Iterator[Path]:
-    """A staging folder beside ``target``, renamed to it when the block ends without error, removed otherwise."""
+    """A staging folder beside ``target``, renamed to it when the block ends without error, removed otherwise.
+
+    The export holds a ``flock`` on its staging folder while it runs, so the kernel lets go of it however the export
+    ends (SIGKILL included): a staging folder of ``target`` that nobody holds was left by a killed export, and is
+    removed here (:func:`_remove_stale_stages`)."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_stages(target)
     stage = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"))
+    held = _hold(stage)
     try:
         yield stage
         _new_or_empty(target)  # nothing appeared there while exporting
@@ -171,6 +183,41 @@ def _staged(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+def _hold(folder: Path) -> int | None:
+    """A descriptor of ``folder`` holding its ``flock`` (None where the platform has no ``fcntl``)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: stale stages are named, not removed
+        return None
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _remove_stale_stages(target: Path) -> None:
+    """Remove the staging folders of ``target`` (``.NAME.XXXXXXXX.partial``, real folders, not symlinks) that no
+    running export holds; name them where the platform cannot tell."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.partial")
+    with os.scandir(target.parent) as entries:
+        stages = [Path(e.path) for e in entries if pattern.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
+    for stage in stages:
+        try:
+            fd = _hold(stage)
+        except OSError:  # held by a running export (or gone meanwhile)
+            continue
+        if fd is None:  # pragma: no cover
+            logger.warning("export_onnx: %s may be left by a killed export; remove it when no export runs", stage)
+            continue
+        try:
+            shutil.rmtree(stage)
+            logger.warning("export_onnx: removed %s, left by an export that was killed", stage)
+        finally:
+            os.close(fd)
 
 
 def _trace(model: Any, role: str, path: Path, opset: int) -> list[str]:

@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 #: the quantizations :func:`~st_magnitude.serving.onnx.export_onnx` offers
 QUANTIZATIONS = ("none", "int8")
+#: The opsets an export can use: attention exports from 14 on, torch's TorchScript exporter goes up to 20.
+OPSET_RANGE = (14, 20)
 #: metadata keys every exported graph carries
 IDENTITY_KEY = "st_magnitude.identity"
 ROLE_KEY = "st_magnitude.role"

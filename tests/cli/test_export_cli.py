@@ -24,6 +24,8 @@ def test_export_writes_a_new_folder_and_refuses_a_non_empty_one(saved_tiny, tmp_
     assert "ONNX export written to" in capsys.readouterr().out
     assert OnnxEncoder(out).encode_query(["vitamin d"]).shape == (1, 32)
     assert main(["export", str(saved_tiny), "-o", str(saved_tiny)]) == 2
+    assert "is the model folder" in capsys.readouterr().err
+    assert main(["export", str(saved_tiny), "-o", str(out)]) == 2
     assert "is not empty" in capsys.readouterr().err
     assert main(["export", str(saved_tiny), "-o", str(tmp_path / "q"), "--quantize", "int4"]) == 2
     assert "invalid choice: 'int4'" in capsys.readouterr().err

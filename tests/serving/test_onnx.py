@@ -99,6 +99,9 @@ def test_bad_settings_are_refused_before_any_work(exported, tmp_path):
         export_onnx(model, tmp_path / "x", quantize="int4")
     with pytest.raises(ValueError, match="keep_f32 must be a regular expression"):
         export_onnx(model, tmp_path / "x", quantize="int8", keep_f32="(")
+    for opset in (0, -5, 13, 21, 99999, 17.0, True):  # torch's exporter fails late, in tracebacks, on these
+        with pytest.raises(ValueError, match="opset must be an integer from 14 to 20"):
+            export_onnx(model, tmp_path / "x", opset)
     assert not (tmp_path / "x").exists()
 
 

@@ -5,14 +5,21 @@
 however it died (SIGKILL included), and two processes racing for a stale lock cannot both win. Where it has not, the
 holder's pid is checked instead (same host only). A second process refuses at once with a message naming the holder;
 a lock whose holder is gone is taken over with a warning.
+
+The lock file is opened without following a symlink (``O_NOFOLLOW``), created only when it is missing
+(``O_CREAT | O_EXCL``), and must then be a regular file (checked on the open descriptor; ``O_NONBLOCK`` so a FIFO
+cannot hang the open): a symlink, a dangling symlink, a FIFO, a socket or a folder planted under its name is
+refused in one line naming it (:class:`~st_magnitude._trust.InputFileError`), and nothing is written through it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +61,66 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+#: How :func:`_open_lock_file` opens: read-write, not through a symlink, never blocking (a FIFO), not inherited.
+_OPEN_FLAGS = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, for the refusal."""
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _not_a_lock(path: Path, advice: str, mode: int | None = None, exc: OSError | None = None) -> InputFileError:
+    if mode is None:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = None
+    what = _kind(mode) if mode is not None else f"unusable ({exc.strerror if exc else 'cannot be opened'})"
+    return InputFileError(
+        path,
+        f"is {what}, not a regular file: a lock file is a plain file this package writes. Nothing was written "
+        f"through it; remove it, or {advice}",
+    )
+
+
+def _open_lock_file(path: Path, advice: str, *, create: bool) -> int | None:
+    """A descriptor of the regular file ``path`` (created when missing and ``create``), or None when it is missing
+    and not ``create``; :class:`InputFileError` naming it when it is anything else."""
+    for _ in range(20):  # retries only while another process creates or removes the file under us
+        try:
+            fd = os.open(path, _OPEN_FLAGS)
+        except FileNotFoundError:
+            if not create:
+                return None
+            try:
+                fd = os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue  # made meanwhile: open what is there now, as it is
+            except OSError as exc:
+                raise _not_a_lock(path, advice, exc=exc) from None
+        except OSError as exc:  # ELOOP: a symlink (dangling too); ENXIO: a socket; EISDIR: a folder
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise _not_a_lock(path, advice, exc=exc) from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise _not_a_lock(path, advice, mode)
+        return fd
+    raise FolderLocked(f"could not open {path}: it keeps being created and removed by another process")
+
+
 def _describe(info: dict[str, Any]) -> str:
     started = info.get("started")
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
@@ -86,8 +153,10 @@ class OutputLock:
     def holder(self) -> dict[str, Any] | None:
         """The holder's record (pid, host, start time), or None when there is none or it is unreadable."""
         try:
+            if not stat.S_ISREG(os.lstat(self.path).st_mode):
+                return None  # never read through a symlink, never open a FIFO
             info = read_json(self.path)
-        except InputFileError:  # missing, empty (being written) or not a lock record
+        except (OSError, InputFileError):  # missing, empty (being written) or not a lock record
             return None
         return info if isinstance(info, dict) else None
 
@@ -116,9 +185,11 @@ class OutputLock:
     def check_free(self) -> None:
         """Raise :class:`FolderLocked` now if a live process holds the folder (call before slow preparation)."""
         try:
-            fd = os.open(self.path, os.O_RDWR)
-        except OSError:
-            return  # no lock file (or no folder): free
+            fd = _open_lock_file(self.path, self.advice, create=False)
+        except FileNotFoundError:
+            return  # no folder: free
+        if fd is None:
+            return  # no lock file: free
         try:
             if fcntl is not None:
                 self._flock_or_refuse(fd)
@@ -133,13 +204,13 @@ class OutputLock:
             raise RuntimeError("lock already held by this object")
         self.folder.mkdir(parents=True, exist_ok=True)
         for _ in range(20):  # retries only when the file was replaced under us
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _open_lock_file(self.path, self.advice, create=True)
             try:
                 if fcntl is not None:
                     self._flock_or_refuse(fd)
                     # the holder may have removed the file between our open and flock: lock the file on disk
                     try:
-                        same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                        same = os.fstat(fd).st_ino == os.lstat(self.path).st_ino
                     except FileNotFoundError:
                         same = False
                     if not same:

@@ -1,0 +1,53 @@
+"""A killed export leaves its staging folder (``.OUT.XXXXXXXX.partial``) beside the output; the next export to the
+same output removes it (its owner is gone: the flock it held on the folder was released by the kernel), and leaves a
+staging folder alone while its export runs, and the partials of other outputs.
+
+Before, every killed export left its ``.partial`` folder for good.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+import pytest
+from conftest import build_tiny_st
+
+
+@pytest.fixture(scope="module")
+def model(tiny_bert_dir):
+    return build_tiny_st(tiny_bert_dir)
+
+
+def _partial(folder, name: str):
+    stage = folder / name
+    (stage / "sub").mkdir(parents=True)
+    (stage / "query.onnx").write_bytes(b"half a graph")
+    return stage
+
+
+def test_the_next_export_removes_what_a_killed_export_left(model, tmp_path):
+    from st_magnitude.serving.onnx import export_onnx
+
+    stale = _partial(tmp_path, ".out.k1ll3d_9.partial")  # a killed export of out: nobody holds it
+    other = _partial(tmp_path, ".out.y.k1ll3d_9.partial")  # of the output out.y
+    live = _partial(tmp_path, ".out.runn1ng0.partial")  # an export of out still running: it holds the flock
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        export_onnx(model, tmp_path / "out", optimize=False)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "out" / "query.onnx").is_file()
+    assert not stale.exists()
+    assert other.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.runn1ng0.partial", ".out.y.k1ll3d_9.partial", "out"]
+
+
+def test_a_symlink_named_like_a_partial_is_not_followed(model, tmp_path):
+    from st_magnitude.serving.onnx import export_onnx
+
+    victim = _partial(tmp_path, "victim")
+    (tmp_path / ".out.s1mlink0.partial").symlink_to(victim)
+    export_onnx(model, tmp_path / "out", optimize=False)
+    assert (victim / "query.onnx").read_bytes() == b"half a graph"
