@@ -16,6 +16,7 @@ from pathlib import Path
 
 from st_magnitude._trust.json_files import Fields, read_json
 from st_magnitude._trust.paths import router_config
+from st_magnitude._trust.positions import check_max_seq_length, position_limit
 from st_magnitude._trust.weights import check_safetensors
 
 __all__ = ["check_model_files"]
@@ -54,7 +55,9 @@ def _check_sbert_config(file: Path) -> None:
         )
     for key in _KWARGS:
         f.get(key, (dict, type(None)), None)
-    f.get("max_seq_length", (int, type(None)), None, lo=1)
+    backbone = file.parent / "config.json"
+    limit = position_limit(read_json(backbone)) if backbone.is_file() else None
+    f.get("max_seq_length", (int, type(None)), None, lo=1, check=lambda v: check_max_seq_length(v, limit))
     f.get("do_lower_case", bool, False)
 
 

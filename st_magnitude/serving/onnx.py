@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from st_magnitude._trust import InputFileError, file_digests, write_json_atomic
+from st_magnitude.model.seq_length import check_model_max_seq_length
 from st_magnitude.serving._encode import check_finite
 from st_magnitude.serving.metric import import_stack
 from st_magnitude.serving.onnx_config import (
@@ -116,6 +117,7 @@ def export_onnx(
         import_stack("onnxruntime", "onnxruntime")
     target = _new_or_empty(Path(folder))
     tokenizer, max_len = _tokenizer(model)
+    check_model_max_seq_length(model, max_len, "export_onnx: the model's max_seq_length")
     settings = {
         "opset": opset,
         "optimize": bool(optimize),
