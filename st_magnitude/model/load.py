@@ -225,6 +225,8 @@ def load_model_and_source(
         source = desc = "a loaded SentenceTransformer"
     else:
         name = str(model)
+        if not name.strip():
+            raise ValueError("the model path is empty: name a SentenceTransformer folder or a hub id")
         source, desc = resolve_model_source(name)  # the offline wheel for all-MiniLM-L6-v2 when not in the cache
         try:
             model = _load_path(source, device, trust_remote_code)

@@ -338,6 +338,9 @@ class OnnxEncoder:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(f"the {role} at index {i} is {_kind(text)}, not a string: encode only texts")
         out = np.zeros((len(texts), self.config["dimension"]), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         for start in range(0, len(texts), batch_size):
@@ -358,6 +361,10 @@ class OnnxEncoder:
 
     def encode_document(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         return self._encode("document", texts, batch_size)
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"{type(value).__name__} {value!r:.40}"
 
 
 def _provider_name(provider: Any) -> Any:

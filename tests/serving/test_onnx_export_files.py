@@ -195,3 +195,13 @@ def test_export_cli_refuses_non_finite_weights_in_one_line(tiny_model, tmp_path,
     lines = [line for line in err.splitlines() if line.startswith("st-magnitude ")]
     assert len(lines) == 1 and "1 infinite value(s)" in lines[0] and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_text_that_is_no_string_is_named_by_its_index(export_a):
+    from st_magnitude.serving.onnx import OnnxEncoder
+
+    enc = OnnxEncoder(export_a[1])
+    with pytest.raises(ValueError, match=r"the query at index 0 is None, not a string"):
+        enc.encode_query([None, "a"])
+    with pytest.raises(ValueError, match=r"the document at index 1 is int 5, not a string"):
+        enc.encode_document(["a", 5])
