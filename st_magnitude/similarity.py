@@ -136,6 +136,13 @@ def _check_inputs(a: Tensor, b: Tensor, pairwise: bool) -> tuple[Tensor, Tensor]
     return a, b
 
 
+def _abstract(sim: nn.Module, what: str) -> str:
+    return (
+        f"{type(sim).__name__} does not implement {what}: Similarity is the contract, not a similarity. Use a member "
+        "of the family, e.g. get_similarity('qnorm') or PowerNormSimilarity(gamma_query, gamma_document)"
+    )
+
+
 class Similarity(nn.Module):
     """The contract every similarity of the package meets: a matrix form and a pairwise form of s(query, document).
 
@@ -155,16 +162,16 @@ class Similarity(nn.Module):
 
     def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
         """Matrix form: ``[B, n] x [M, n] -> [B, M]``; row i holds query i against every document."""
-        raise NotImplementedError
+        raise NotImplementedError(_abstract(self, "forward (the matrix form)"))
 
     def pairwise(self, queries: Tensor, documents: Tensor) -> Tensor:
         """Pairwise form: ``[B, n] x [B, n] -> [B]``; entry i is s(q_i, d_i)."""
-        raise NotImplementedError
+        raise NotImplementedError(_abstract(self, "pairwise"))
 
     @property
     def symmetric(self) -> bool:
         """Whether s(a, b) == s(b, a) for all a, b with the current parameters."""
-        raise NotImplementedError
+        raise NotImplementedError(_abstract(self, "symmetric"))
 
     @property
     def requires_roles(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
 
@@ -15,6 +16,7 @@ from st_magnitude import (
     install_symmetry_guard,
     uninstall_symmetry_guard,
 )
+from st_magnitude.model.stores import set_default_route
 from st_magnitude.similarity import LearnableSimilarity
 
 S1 = ["the protein in cancer cell", "coffee and sleep", "diet and heart risk", "fish brain"]
@@ -59,24 +61,25 @@ def test_router_model_refuses_roleless_encode_without_patching(tiny_model, name)
     tiny_model.encode_document(S2)
 
 
-def test_role_normalize_warns_once_without_patching(tiny_model):
-    """A RoleNormalize model (learnable / fractional γ) warns from its own forward when no role arrives."""
+def test_role_normalize_refuses_a_roleless_encode_without_patching(tiny_model):
+    """A RoleNormalize model (learnable / fractional γ) refuses a role-less encode from its own forward, as the
+    Router does (a warning let the vector stacks' own integrations rank silently wrong), unless a route is set."""
     apply_similarity(tiny_model, "learnable", warn_on_strip=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", AsymmetricSimilarityWarning)
-        tiny_model.encode(S1)  # γq = γd at init: symmetric, no warning
+        tiny_model.encode(S1)  # γq = γd at init: symmetric, no error
     apply_similarity(tiny_model, LearnableSimilarity(init_gamma=(0.2, 0.9)), warn_on_strip=False)
-    with pytest.warns(AsymmetricSimilarityWarning, match=r"RoleNormalize: encode\(\) without a query/document role"):
+    with pytest.raises(ValueError, match=r"RoleNormalize: encode\(\) without a query/document role.*encode_query"):
         tiny_model.encode(S1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", AsymmetricSimilarityWarning)
-        tiny_model.encode(S1)  # once per module
-        tiny_model.encode_query(S1)  # roles given: never warns
-        tiny_model.encode_document(S2)
+    tiny_model.encode_query(S1)  # roles given: fine
+    tiny_model.encode_document(S2)
+    set_default_route(tiny_model, "document")  # what --default-route document does
+    assert np.allclose(tiny_model.encode(S1), tiny_model.encode_document(S1))
 
 
 def test_sts_evaluator_on_asymmetric_model_warns(tiny_model):
     apply_similarity(tiny_model, "qnorm", warn_on_strip=False, portable=False)  # the Router would raise first
+    set_default_route(tiny_model, "document")  # RoleNormalize too, without a route: the guard is what speaks here
     install_symmetry_guard()  # opt-in
     evaluator = EmbeddingSimilarityEvaluator(S1, S2, SCORES, name="sts")
     with pytest.warns(AsymmetricSimilarityWarning, match="EmbeddingSimilarityEvaluator is a symmetric evaluation"):
@@ -98,6 +101,7 @@ def test_strict_mode_raises_and_symmetric_models_pass(tiny_model, tiny_model_raw
 
 def test_guard_encode_without_role_warns_once(tiny_model):
     apply_similarity(tiny_model, "dnorm", warn_on_strip=False, portable=False)  # RoleNormalize: document default
+    set_default_route(tiny_model, "document")  # a role-less encode allowed: the guard is what speaks here
     install_symmetry_guard()
     with pytest.warns(AsymmetricSimilarityWarning, match="encode\\(\\) was called without a query/document role"):
         tiny_model.encode(S1)

@@ -9,8 +9,9 @@ checks the source). The CLI turns an :class:`InputFileError` into one line and e
 Standard library only (the weights-header check imports nothing heavy either).
 """
 
+from st_magnitude._trust.digests import file_digests, is_sha256, read_recorded_files
 from st_magnitude._trust.errors import InputFileError
-from st_magnitude._trust.json_files import Fields, check_name, parse_json_line, read_json
+from st_magnitude._trust.json_files import Fields, check_name, parse_json_bytes, parse_json_line, read_json
 from st_magnitude._trust.model_files import check_model_files
 from st_magnitude._trust.paths import UnsafeModelPathError, check_model_folder, contained, router_config
 from st_magnitude._trust.text import read_lines
@@ -26,9 +27,13 @@ __all__ = [
     "check_name",
     "check_safetensors",
     "contained",
+    "file_digests",
+    "is_sha256",
+    "parse_json_bytes",
     "parse_json_line",
     "read_json",
     "read_lines",
+    "read_recorded_files",
     "router_config",
     "write_json_atomic",
 ]

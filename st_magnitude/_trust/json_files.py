@@ -104,6 +104,14 @@ def read_json(
     return value
 
 
+def parse_json_bytes(raw: bytes, file: str | os.PathLike, *, max_depth: int = 64) -> Any:
+    """The JSON value in ``raw``, the bytes already read from ``file`` (a file checked by its digest), checked like
+    :func:`read_json`."""
+    value = _loads(decode_utf8(raw, file), file)
+    _check_tree(value, file, None, max_depth)
+    return value
+
+
 def parse_json_line(line: str, file: str | os.PathLike, lineno: int, *, max_depth: int = 64) -> Any:
     """One JSON Lines record (line ``lineno`` of ``file``), checked like :func:`read_json`."""
     value = _loads(line, file, line_offset=lineno - 1)

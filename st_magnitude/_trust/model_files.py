@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 
 from st_magnitude._trust.json_files import Fields, read_json
-from st_magnitude._trust.paths import router_config
+from st_magnitude._trust.paths import MAX_ROUTER_DEPTH, router_config
+from st_magnitude._trust.positions import check_max_seq_length, position_limit
 from st_magnitude._trust.weights import check_safetensors
 
 __all__ = ["check_model_files"]
@@ -37,11 +38,15 @@ def _module_folders(root: Path) -> list[Path]:
         rel = f.get("path", str, "")
         folder = root / rel if rel else root
         folders.append(folder)
-        found = router_config(folder) if folder.is_dir() else None
-        if found is not None:
-            file, cfg = found
-            types = Fields(cfg, file).get("types", dict, {})
-            folders += [folder / key for key in types]
+        routers = [(folder, 1)]
+        while routers:  # nested Routers' keys too, as deep as check_model_folder allows
+            router, depth = routers.pop()
+            found = router_config(router) if router.is_dir() and depth <= MAX_ROUTER_DEPTH else None
+            if found is not None:
+                file, cfg = found
+                keys = [router / key for key in Fields(cfg, file).get("types", dict, {})]
+                folders += keys
+                routers += [(key, depth + 1) for key in keys]
     return list(dict.fromkeys(folders))
 
 
@@ -54,7 +59,9 @@ def _check_sbert_config(file: Path) -> None:
         )
     for key in _KWARGS:
         f.get(key, (dict, type(None)), None)
-    f.get("max_seq_length", (int, type(None)), None, lo=1)
+    backbone = file.parent / "config.json"
+    limit = position_limit(read_json(backbone)) if backbone.is_file() else None
+    f.get("max_seq_length", (int, type(None)), None, lo=1, check=lambda v: check_max_seq_length(v, limit))
     f.get("do_lower_case", bool, False)
 
 

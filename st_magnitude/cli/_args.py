@@ -135,14 +135,22 @@ def check_device(device: str | None) -> str | None:
 
 
 def check_model_path(model: str) -> None:
-    """The same up-front test as the loader: a missing local-looking path is a one-line error, not a hub lookup."""
+    """The same up-front test as the loader: a missing local-looking path is a one-line error, not a hub lookup;
+    an empty path is not the current folder."""
+    _refuse_empty(model)
     if not Path(model).exists() and (Path(model).is_absolute() or model.startswith(".") or model.count("/") != 1):
         raise FileNotFoundError(f"model folder {model!r} does not exist (a hub id has the form 'organisation/name').")
 
 
+def _refuse_empty(model: str) -> None:
+    if not model.strip():  # Path("") is the current folder
+        raise ValueError("the model path is empty: name a SentenceTransformer folder or a hub id")
+
+
 def refuse_foreign_code(args: argparse.Namespace) -> None:
     """Without ``--trust-remote-code``, refuse a local model that names code outside ST / st-magnitude, before any
-    work (reading data, loading the model)."""
+    work (reading data, loading the model); an empty model path is refused first."""
+    _refuse_empty(args.model)
     if not args.trust_remote_code and Path(args.model).is_dir():
         from st_magnitude.model.load import check_model_code
 

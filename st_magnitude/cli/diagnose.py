@@ -58,7 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=100,
         help="half-sample replicates (N/2 pairs each, without replacement) for the κ interval (default 100)",
     )
-    add_option(p, "--max-seq-length", default=128, help="token cap for norms/AUC (default 128)")
+    add_option(
+        p,
+        "--max-seq-length",
+        default=128,
+        help="token cap for norms/AUC (default 128, lowered to the backbone's limit when that is smaller)",
+    )
     p.add_argument(
         "--kappa-max-seq-length",
         type=positive_int,

@@ -43,6 +43,7 @@ from st_magnitude.evaluation.auc import per_query_auc, plot_roc, pooled_auc_pool
 from st_magnitude.evaluation.ir import encode_roles
 from st_magnitude.model.info import model_gammas, model_similarity
 from st_magnitude.model.load import describe_similarity, load_model, raw_model
+from st_magnitude.model.seq_length import backbone_limit, set_max_seq_length
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +251,11 @@ def _diagnose_dataset(model, raw, data: BEIRData, out_dir: str | None, label_fre
     )
 
 
+#: the token cap of the norms and AUC by default (lowered to the backbone's limit when that is smaller; a value given
+#: beyond the limit is refused)
+DEFAULT_MAX_SEQ_LENGTH = 128
+
+
 def diagnose(
     model,
     data: Sequence[str | os.PathLike],
@@ -258,7 +264,7 @@ def diagnose(
     pairs_split: str = "train",
     n_pairs: int | None = None,
     n_bootstrap: int = 100,
-    max_seq_length: int | None = 128,
+    max_seq_length: int | None = DEFAULT_MAX_SEQ_LENGTH,
     max_corpus: int | None = None,
     max_queries: int | None = None,
     label_free_k: int = 10,
@@ -275,7 +281,12 @@ def diagnose(
         if not Path(f).is_dir():
             raise FileNotFoundError(f"BEIR dataset folder {str(f)!r} does not exist or is not a folder.")
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__
-    model = load_model(model, max_seq_length=max_seq_length)
+    model = load_model(model)
+    if max_seq_length is not None:
+        limit = backbone_limit(model)
+        if max_seq_length == DEFAULT_MAX_SEQ_LENGTH and limit is not None and limit[0] < max_seq_length:
+            max_seq_length = limit[0]  # the default cap, lowered to what the backbone takes; other values are checked
+        set_max_seq_length(model, max_seq_length)
     raw = raw_model(model)
     out_dir = None
     if output_dir is not None:

@@ -9,6 +9,7 @@ the same shape, through the trust boundary, by :func:`read_folder_layout` (file-
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -187,7 +188,14 @@ class Layout:
 
 
 def read_layout(model: nn.Module) -> Layout:
-    """The layout of a loaded model (a ``SentenceTransformer``: its children in order)."""
+    """The layout of a loaded model (a ``SentenceTransformer``: its children in order). A path, ``None`` or another
+    value that is no model is a ``TypeError`` naming it (a path's characters would be read as modules)."""
+    if model is None or isinstance(model, (str, bytes, os.PathLike)) or not hasattr(model, "__iter__"):
+        what = f"the path {os.fspath(model)!r}" if isinstance(model, (str, os.PathLike)) else repr(model)
+        raise TypeError(
+            f"expected a loaded SentenceTransformer (or a Similarity where one is accepted), got {what}; load a model "
+            "folder first with st_magnitude.model.load_model(path)"
+        )
     return Layout.of(model)
 
 

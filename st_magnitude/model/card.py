@@ -82,11 +82,13 @@ def _card_note(model: SentenceTransformer) -> str:
         )
         if layout.asymmetric:
             router = next(iter(layout.find("router")), None)
-            roleless = (
-                "raises (its Router has no default route)"
-                if router is not None and router.default_route is None
-                else "treats every input as a document"
-            )
+            role = next(iter(layout.find_anywhere("role_normalize")), None)
+            if router is not None and router.default_route is None:
+                roleless = "raises (its Router has no default route)"
+            elif role is not None and not role.allow_roleless:
+                roleless = "raises (no default route is set)"
+            else:
+                roleless = "treats every input as a document"
             lines.append(
                 f"The similarity is asymmetric: plain `model.encode(...)` {roleless}, and "
                 "the model is not meant for symmetric tasks (STS, clustering, paraphrase mining)."

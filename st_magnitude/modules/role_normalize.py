@@ -13,13 +13,11 @@ model needs ``trust_remote_code=True``.
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from st_magnitude._warnings import AsymmetricSimilarityWarning
 from st_magnitude.modules._io import ConfigWeightsModule
 from st_magnitude.similarity import DEFAULT_EPS, LearnableSimilarity, PowerNormSimilarity, Similarity, _logit, phi
 
@@ -58,12 +56,15 @@ class RoleNormalize(ConfigWeightsModule):
         learnable: if True, γ = sigmoid(γ̂) with trainable scalars ``gamma_query_logit`` / ``gamma_document_logit``
             (paper 000 eq. 7). They are saved in ``model.safetensors`` with the model, and can get their own
             learning rate through ``learning_rate_mapping={r"gamma_.*_logit": 1e-2}``.
-        default_role: role used when no task is given (plain ``model.encode``). ``"document"`` matches
-            ``Router.for_query_document``'s default route.
+        default_role: role used when no task is given (plain ``model.encode``) and ``allow_roleless`` is set (or
+            γq = γd). ``"document"`` matches ``Router.for_query_document``'s default route.
+        allow_roleless: let a role-less ``encode()`` of an asymmetric module (γq ≠ γd) use ``default_role``; off by
+            default, so such an input is refused as a qnorm / dnorm model's Router refuses it (set by
+            ``set_default_route`` / ``convert --default-route``).
         eps: norm floor; zero vectors map to zero vectors with finite gradients.
     """
 
-    config_keys: list[str] = ["gamma_query", "gamma_document", "learnable", "default_role", "eps"]
+    config_keys: list[str] = ["gamma_query", "gamma_document", "learnable", "default_role", "eps", "allow_roleless"]
 
     forward_kwargs: set[str] = {"task"}
 
@@ -80,12 +81,16 @@ class RoleNormalize(ConfigWeightsModule):
         learnable: bool = False,
         default_role: str = "document",
         eps: float = DEFAULT_EPS,
+        allow_roleless: bool = False,
     ) -> None:
         super().__init__()
         if default_role not in ROLES:
             raise ValueError(f"default_role must be one of {ROLES}, got {default_role!r}")
         self.learnable = bool(learnable)
         self.default_role = default_role
+        if not isinstance(allow_roleless, bool):
+            raise ValueError(f"allow_roleless must be true or false, got {allow_roleless!r}")
+        self.allow_roleless = allow_roleless
         self.eps = float(eps)
         for label, g in (("gamma_query", gamma_query), ("gamma_document", gamma_document)):
             lo_ok = 0.0 < float(g) < 1.0 if self.learnable else 0.0 <= float(g) <= 1.0
@@ -98,7 +103,6 @@ class RoleNormalize(ConfigWeightsModule):
         else:
             self._fixed = (float(gamma_query), float(gamma_document))
         self._warned_no_role = False
-        self._warned_asymmetric = False
 
     # config values are read from the live parameters, so a saved config holds the trained γ
     @property
@@ -142,19 +146,18 @@ class RoleNormalize(ConfigWeightsModule):
                 )
                 self._warned_no_role = True
             return features
-        if task is None and not self.symmetric and not self._warned_asymmetric:
-            # the patch-free symmetry check: this module is where a role-less encode of an asymmetric model arrives
-            # (the model card encodes with roles: apply_similarity marks converted models as retrieval models)
-            warnings.warn(
-                f"RoleNormalize: encode() without a query/document role, so inputs are treated as "
-                f"{self.default_role}s, but this model's similarity is asymmetric (gamma_query="
-                f"{self.gamma_query:.3f}, gamma_document={self.gamma_document:.3f}): scores between these embeddings "
-                "are not the trained similarity. Use encode_query / encode_document; asymmetric similarities are not "
-                "valid for symmetric tasks such as STS or clustering (paper 000 Prop. 2.1). Warned once per module.",
-                AsymmetricSimilarityWarning,
-                stacklevel=2,
+        if task is None and not self.symmetric and not self.allow_roleless:
+            # this module is where a role-less encode of an asymmetric model arrives (a vector stack's own
+            # sentence-transformers integration calls encode() for queries and documents alike): refused, as a
+            # qnorm / dnorm model's Router refuses it, since a warning let such a stack rank silently wrong
+            raise ValueError(
+                f"RoleNormalize: encode() without a query/document role, but this model's similarity is asymmetric "
+                f"(gamma_query={self.gamma_query:.3f}, gamma_document={self.gamma_document:.3f}): one vector cannot "
+                "serve as both, and asymmetric similarities are not valid for symmetric tasks such as STS or "
+                "clustering (paper 000 Prop. 2.1). Use encode_query / encode_document; a stack that cannot pass a "
+                "role needs the export that serves role-less stacks: st-magnitude convert MODEL learnable --store "
+                "dot --default-route document (an inner-product store)."
             )
-            self._warned_asymmetric = True
         role = self.resolve_role(task)
         emb = features["sentence_embedding"]
         features["sentence_embedding"] = phi(emb, self.gamma_for(role), self.eps)

@@ -63,6 +63,11 @@ class MagnitudeChromaEmbeddingFunction(_types.EmbeddingFunction):
         return list(_STACK.metrics.values())
 
 
+#: the most links per document ``chroma_collection`` asks of HNSW (each document holds room for that many); at least
+#: the collection size makes the search exhaustive
+MAX_NEIGHBORS = 10_000
+
+
 def chroma_collection(
     client: Any,
     name: str,
@@ -81,9 +86,13 @@ def chroma_collection(
     60-document toy collection with 16 links). ``max_neighbors`` at least the collection size links every pair, and
     the search is exhaustive.
     """
-    for key, value in (("ef_search", ef_search), ("max_neighbors", max_neighbors)):
+    for key, value, most in (("ef_search", ef_search, None), ("max_neighbors", max_neighbors, MAX_NEIGHBORS)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"chroma_collection: {key} must be a positive integer, got {value!r}")
+        if most is not None and value > most:
+            raise ValueError(
+                f"chroma_collection: {key} must be an integer in [1, {most}] (links per document), got {value!r}"
+            )
     metric = best_metric(model, prefer=tuple(_STACK.metrics)) if space is None else space
     canonical = store_metric(model, metric, _STACK.title)
     hnsw = {
@@ -108,7 +117,12 @@ def index_and_search(model: Any, queries: list[str], documents: list[str], k: in
     client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
     size = max(len(documents), 16)
     col = chroma_collection(
-        client, f"c{uuid.uuid4().hex[:12]}", model, metric, ef_search=max(size, 1000), max_neighbors=size
+        client,
+        f"c{uuid.uuid4().hex[:12]}",
+        model,
+        metric,
+        ef_search=max(size, 1000),
+        max_neighbors=min(size, MAX_NEIGHBORS),
     )
     col.add(ids=[str(i) for i in range(len(documents))], documents=documents)
     res = col.query(query_texts=queries, n_results=k)

@@ -12,9 +12,13 @@ batches texts sorted by length as sentence-transformers does, and runs the graph
 The export writes only into a new or empty folder, through a staging folder renamed into place at the end, so an
 interrupted export leaves nothing behind and never overwrites a model's files; the staging folder a *killed* export
 leaves (``.OUT.XXXXXXXX.partial``) is removed by the next export to ``OUT`` (each export holds a ``flock`` on its own,
-so one that nobody holds is stale). Both graphs carry one identity (a hash
-of the model's weights and the export settings) that the folder's ``st_magnitude_onnx.json`` records;
-:class:`OnnxEncoder` refuses a graph whose identity or role differs, naming the file.
+so one that nobody holds is stale); a model whose weights hold NaN or inf is refused before anything is written.
+Both graphs carry one identity (a hash of the model's weights and the export settings), and the folder's
+``st_magnitude_onnx.json`` records it with the sha256 of every file the export wrote
+(:mod:`st_magnitude.serving.onnx_config`). :class:`OnnxEncoder` trusts the files, not the stamp: it refuses a file
+whose digest differs (a changed tokenizer, another export's graph with the stamp copied over), a file the export did
+not write, a link leading outside the folder, a config that does not match the graphs, a provider ONNX Runtime does
+not have, and a vector with NaN or inf at encode, each naming the file, key or text.
 
 Not carried into the graph: the :class:`~st_magnitude.NormBoundWarning` of an augmented model (the graph still
 clamps the extra coordinate at 0), and ``encode``'s ``normalize_embeddings`` / ``truncate_dim`` options (a converted
@@ -37,9 +41,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from st_magnitude._trust import Fields, InputFileError, contained, read_json, write_json_atomic
+from st_magnitude._trust import InputFileError, file_digests, write_json_atomic
 from st_magnitude._trust.outputs import output_path
+from st_magnitude.model.seq_length import check_model_max_seq_length
+from st_magnitude.serving._encode import check_finite
 from st_magnitude.serving.metric import import_stack
+from st_magnitude.serving.onnx_config import (
+    CONFIG,
+    INPUTS,
+    ROLE_GRAPHS,
+    check_dimension,
+    read_export_config,
+    read_export_files,
+)
 from st_magnitude.serving.onnx_graphs import (
     KEEP_F32,
     OPSET_RANGE,
@@ -53,13 +67,7 @@ from st_magnitude.serving.onnx_graphs import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KEEP_F32", "QUANTIZATIONS", "ROLE_GRAPHS", "OnnxEncoder", "export_onnx"]
-
-#: the graphs :func:`export_onnx` writes, by role
-ROLE_GRAPHS = {"query": "query.onnx", "document": "document.onnx"}
-_CONFIG = "st_magnitude_onnx.json"
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_CONFIG_KEYS = ("inputs", "max_seq_length", "dimension", "similarity", "optimize", "quantize", "keep_f32", "identity")
+__all__ = ["KEEP_F32", "QUANTIZATIONS", "ROLE_GRAPHS", "OnnxEncoder", "export_onnx", "read_export_config"]
 
 
 class _RoleGraph(nn.Module):
@@ -109,11 +117,13 @@ def export_onnx(
     except re.error as exc:
         raise ValueError(f"keep_f32 must be a regular expression: {exc}") from None
     keep_f32 = keep_f32 if quantize == "int8" else ""
+    _refuse_non_finite(model)
     import_stack("onnx", "onnx")
     if optimize or quantize != "none":
         import_stack("onnxruntime", "onnxruntime")
     target = _new_or_empty(output_path(folder))  # OUT/sub/.. is OUT: the final rename names the folder itself
     tokenizer, max_len = _tokenizer(model)
+    check_model_max_seq_length(model, max_len, "export_onnx: the model's max_seq_length")
     settings = {
         "opset": opset,
         "optimize": bool(optimize),
@@ -147,10 +157,30 @@ def export_onnx(
             "quantize": quantize,
             "keep_f32": keep_f32,
             "identity": identity,
+            "files": file_digests(stage, skip=CONFIG),
         }
-        write_json_atomic(stage / _CONFIG, config)
+        write_json_atomic(stage / CONFIG, config)
     logger.info("export_onnx: wrote %s to %s (%s)", sorted(ROLE_GRAPHS.values()), target, settings)
     return target
+
+
+def _refuse_non_finite(model: Any) -> None:
+    """A ValueError naming the first parameter or buffer that holds NaN or inf: every vector of its graphs would."""
+    for name, tensor in model.state_dict().items():
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            continue
+        values = tensor.detach().float() if tensor.is_floating_point() else tensor.detach()
+        finite = torch.isfinite(values)
+        if bool(finite.all()):
+            continue
+        n_nan = int(torch.isnan(values).sum())
+        n_inf = int((~finite).sum()) - n_nan
+        what = " and ".join(f"{n} {kind}" for n, kind in ((n_nan, "NaN"), (n_inf, "infinite")) if n)
+        raise ValueError(
+            f"export_onnx: the model's weight {name!r} holds {what} value(s) of {tensor.numel()}, so its graphs would "
+            "encode texts to NaN; nothing was written. Export a model whose weights are finite (an earlier "
+            "checkpoint)"
+        )
 
 
 def _new_or_empty(folder: Path) -> Path:
@@ -222,7 +252,7 @@ def _remove_stale_stages(target: Path) -> None:
 
 def _trace(model: Any, role: str, path: Path, opset: int) -> list[str]:
     example = model.preprocess(["an example sentence to trace", "and a second one"], task=role)
-    names = [k for k in _INPUTS if k in example]
+    names = [k for k in INPUTS if k in example]
     axes: dict[str, dict[int, str]] = {k: {0: "batch", 1: "sequence"} for k in names}
     axes["sentence_embedding"] = {0: "batch"}
     with torch.no_grad():
@@ -267,36 +297,6 @@ def _tokenizer(model: Any) -> tuple[Any, int | None]:
     raise ValueError("export_onnx: no tokenizer found in the model's modules")
 
 
-def read_export_config(folder: str | Path) -> dict[str, Any]:
-    """The checked ``st_magnitude_onnx.json`` of an export folder (:class:`~st_magnitude._trust.InputFileError`
-    naming the file and key otherwise)."""
-    path = Path(folder) / _CONFIG
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: export the model with st_magnitude.serving.onnx.export_onnx")
-    f = Fields(read_json(path), path)
-    f.refuse_unknown(_CONFIG_KEYS)
-
-    def inputs_ok(value: list) -> str | None:
-        if not value or any(v not in _INPUTS for v in value) or len(set(value)) != len(value):
-            return f"must list distinct names from {list(_INPUTS)}, got {value!r}"
-        return None
-
-    return {
-        "inputs": f.get("inputs", list, check=inputs_ok),
-        "max_seq_length": f.get("max_seq_length", (int, type(None)), lo=1),
-        "dimension": f.get("dimension", int, lo=1),
-        "similarity": f.get("similarity", (str, type(None)), None),
-        "optimize": f.get("optimize", bool),
-        "quantize": f.get("quantize", str, choices=QUANTIZATIONS),
-        "keep_f32": f.get("keep_f32", str, ""),
-        "identity": f.get("identity", str, check=_hex64),
-    }
-
-
-def _hex64(value: str) -> str | None:
-    return None if re.fullmatch(r"[0-9a-f]{64}", value) else "must be a sha256 hex digest (64 characters 0-9a-f)"
-
-
 class OnnxEncoder:
     """``encode_query`` / ``encode_document`` from the graphs of :func:`export_onnx`, with ONNX Runtime.
 
@@ -305,14 +305,18 @@ class OnnxEncoder:
 
     Args:
         folder: what :func:`export_onnx` wrote.
-        providers: ONNX Runtime execution providers (default CPU).
+        providers: ONNX Runtime execution providers (default CPU); each must be one this ONNX Runtime has
+            (``onnxruntime.get_available_providers()``), and the first must start.
         session_options: an ``onnxruntime.SessionOptions``; when ``None``, one with ``threads`` intra-op threads and
             spinning threads off (a waiting thread sleeps instead of burning CPU time).
         threads: intra-op threads when ``session_options`` is ``None`` (``None``: ONNX Runtime's default).
 
     Raises:
-        InputFileError: the config is malformed, or a graph's identity or role is not the one the config records (a
-            graph from another export or model).
+        InputFileError: the config is malformed or does not match the graphs; a file's sha256 is not the one the
+            config records, a file is missing, added or linked outside the folder; a graph's identity or role is
+            not the one the config records (a graph from another export or model).
+        ValueError: a provider this ONNX Runtime does not have (the message lists those it has); at encode, a text
+            whose vector holds NaN or inf.
     """
 
     def __init__(
@@ -327,6 +331,7 @@ class OnnxEncoder:
 
         folder = Path(folder)
         self.config = read_export_config(folder)
+        providers = _check_providers(ort, providers)
         if session_options is None:
             session_options = ort.SessionOptions()
             if threads is not None:
@@ -335,31 +340,44 @@ class OnnxEncoder:
                 session_options.intra_op_num_threads = threads
             session_options.inter_op_num_threads = 1
             session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        blobs = read_export_files(folder, self.config)  # every file by its digest; the tokenizer's JSON parsed
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.sessions = {}
         for role, file in ROLE_GRAPHS.items():
-            path = contained(folder, file, f"the {role} graph")
-            if not path.is_file():
-                raise InputFileError(path, f"the {role} graph is missing: re-export the model into a new folder")
-            session = ort.InferenceSession(str(path), sess_options=session_options, providers=list(providers))
-            self._check(session, path, role)
+            session = ort.InferenceSession(blobs[file], sess_options=session_options, providers=providers)
+            started = session.get_providers()
+            if _provider_name(providers[0]) not in started:
+                raise ValueError(
+                    f"ONNX Runtime could not start {_provider_name(providers[0])!r} for {file} (the session would run "
+                    f"on {started}); check its installation, or pass providers={started!r}"
+                )
+            self._check(session, folder, file, role)
             self.sessions[role] = session
 
-    def _check(self, session: Any, path: Path, role: str) -> None:
+    def _check(self, session: Any, folder: Path, file: str, role: str) -> None:
+        path = folder / file
         identity, graph_role = stamp_of(session)
         expected = self.config["identity"]
         if identity != expected:
             found = "no identity" if identity is None else f"identity {identity[:12]}…"
             raise InputFileError(
                 path,
-                f"carries {found}, not the {expected[:12]}… that {_CONFIG} records: this graph comes from another "
+                f"carries {found}, not the {expected[:12]}… that {CONFIG} records: this graph comes from another "
                 "model or export; re-export the model into a new folder",
             )
         if graph_role != role:
             raise InputFileError(path, f"is the {graph_role!r} graph, not the {role!r} one")
         names = [i.name for i in session.get_inputs()]
         if sorted(names) != sorted(self.config["inputs"]):
-            raise InputFileError(path, f"takes inputs {names}, not the {self.config['inputs']} {_CONFIG} records")
+            raise InputFileError(path, f"takes inputs {names}, not the {self.config['inputs']} {CONFIG} records")
+        outputs = {o.name: list(o.shape) for o in session.get_outputs()}
+        if "sentence_embedding" not in outputs:
+            raise InputFileError(path, f"has no output 'sentence_embedding' (outputs: {sorted(outputs)})")
+        shape = outputs["sentence_embedding"]
+        if len(shape) == 2 and not isinstance(shape[1], int):  # a width the graph computes (a concatenation)
+            feeds = {k: v.astype(np.int64) for k, v in self.tokenizer(["a"], return_tensors="np").items()}
+            shape = [shape[0], session.run(["sentence_embedding"], {k: feeds[k] for k in names})[0].shape[1]]
+        check_dimension(self.config, folder, file, shape)
 
     def _encode(self, role: str, texts: Sequence[str], batch_size: int) -> np.ndarray:
         if isinstance(texts, str):
@@ -367,6 +385,9 @@ class OnnxEncoder:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(f"the {role} at index {i} is {_kind(text)}, not a string: encode only texts")
         out = np.zeros((len(texts), self.config["dimension"]), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         for start in range(0, len(texts), batch_size):
@@ -380,10 +401,34 @@ class OnnxEncoder:
             )
             feeds = {k: batch[k].astype(np.int64) for k in self.config["inputs"]}
             out[idx] = self.sessions[role].run(["sentence_embedding"], feeds)[0]
-        return out
+        return check_finite(out, role)
 
     def encode_query(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         return self._encode("query", texts, batch_size)
 
     def encode_document(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         return self._encode("document", texts, batch_size)
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"{type(value).__name__} {value!r:.40}"
+
+
+def _provider_name(provider: Any) -> Any:
+    """A provider is a name or a ``(name, options)`` pair."""
+    return provider[0] if isinstance(provider, (tuple, list)) and provider else provider
+
+
+def _check_providers(ort: Any, providers: Sequence[Any]) -> list[Any]:
+    """``providers`` as a list, each one this ONNX Runtime has (ONNX Runtime itself falls back to the CPU silently)."""
+    providers = [providers] if isinstance(providers, str) else list(providers)
+    available = ort.get_available_providers()
+    if not providers:
+        raise ValueError(f"providers is empty; this ONNX Runtime has {', '.join(available)}")
+    for provider in providers:
+        if _provider_name(provider) not in available:
+            raise ValueError(
+                f"provider {_provider_name(provider)!r} is not available in this ONNX Runtime (available: "
+                f"{', '.join(available)}); pass one of those, or install the build that has it"
+            )
+    return providers

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import build_tiny_st
 from helpers.deploy_kit import TOY_DOCS, TOY_QUERIES
+from helpers.onnx_export import reseal
 from helpers.onnx_marks import ONNX_MARKS
 
 from st_magnitude import apply_similarity, convert_for_store
@@ -152,14 +153,18 @@ def test_graphs_of_another_export_are_refused_naming_the_file(exported, tiny_ber
     folder_b = export_onnx(other, tmp_path / "b", optimize=False)
     mixed = shutil.copytree(folder_a, tmp_path / "mixed")
     shutil.copy(folder_b / "query.onnx", mixed / "query.onnx")  # model B's query graph, model A's document graph
+    with pytest.raises(InputFileError, match=r"query\.onnx: has sha256 .* not the .* st_magnitude_onnx\.json"):
+        OnnxEncoder(mixed)
+    reseal(mixed)  # digests recorded anew: the stamp is the check behind them
     with pytest.raises(InputFileError, match=r"query\.onnx: carries identity .* not the .* st_magnitude_onnx\.json"):
         OnnxEncoder(mixed)
     swapped = shutil.copytree(folder_a, tmp_path / "swapped")
     shutil.copy(folder_a / "document.onnx", swapped / "query.onnx")
+    reseal(swapped)
     with pytest.raises(InputFileError, match=r"query\.onnx: is the 'document' graph"):
         OnnxEncoder(swapped)
     (swapped / "query.onnx").unlink()
-    with pytest.raises(InputFileError, match=r"query\.onnx: the query graph is missing"):
+    with pytest.raises(InputFileError, match=r"query\.onnx: is missing"):
         OnnxEncoder(swapped)
 
 
