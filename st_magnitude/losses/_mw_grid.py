@@ -53,6 +53,8 @@ LEVELS: tuple[tuple[float, int], ...] = ((1 / 16, 4), (1 / 8, 5), (1 / 4, 6), (1
 MAX_NODES = 2**14
 #: scores per pass on the CPU: the chunk's temporaries stay in cache
 CPU_CHUNK = 2**18
+#: scores per pass on a GPU (bounds the pass's temporaries, a few bytes per score, whatever the batch)
+GPU_CHUNK = 2**24
 #: (positive, node) evaluations per block of the positives' tables
 TABLE_BLOCK = 2**16
 #: measured costs in ns on one CPU thread (``python benchmarks/bench_mw_pairs.py --levels``, B = 1,024 and 4,096):
@@ -128,6 +130,7 @@ class GridPlan:
     grad_table: Tensor | None = None  # [nodes + 1, D + 1] in the scores' dtype, times inv_tau
     moments: Tensor | None = None  # [nodes, D + 1] float64, accumulated (times the chunks' output gradients)
     windowed: bool = False  # the grid covers a window of the bulk; scores outside it are paired exactly
+    wide: bool = False  # node numbers beyond float32's exact integers (2^22 here): locate scores in float64
     exact_positive_grad: Tensor = field(init=False)  # [B] float64: the exactly paired scores' share, accumulated
     factorials: Tensor = field(init=False)
 
@@ -226,7 +229,7 @@ def _locate(x: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor]:
     """Node indices (relative to j0, as floats) and offsets ``u = t − node`` (x's dtype), both exact. Without a
     window a score a rounding error outside the range (a cached step's blocks are scored again) stays at the edge
     node, with its true offset."""
-    t = x * (1.0 / plan.h)
+    t = (x.double() if plan.wide else x) * (1.0 / plan.h)
     node = torch.round(t)
     if not plan.windowed:
         node.clamp_(plan.j0, plan.j0 + plan.nodes - 1)
@@ -250,7 +253,7 @@ class _GridPairs(torch.autograd.Function):
         loss_exact = torch.zeros((), dtype=torch.float64, device=flat.device)
         pos_exact = torch.zeros_like(plan.positives)
         own = torch.arange(rows, device=flat.device) * width + own_columns
-        chunk = CPU_CHUNK if flat.device.type == "cpu" else flat.numel()
+        chunk = CPU_CHUNK if flat.device.type == "cpu" else GPU_CHUNK
         grad_cols = plan.grad_table.T.contiguous()  # [D+1, nodes+1]
         for begin in range(0, flat.numel(), chunk):
             x = flat[begin : begin + chunk]
@@ -339,6 +342,7 @@ def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_sc
     if hi_node - lo_node + 1 > MAX_NODES:
         lo_node, hi_node = _bulk_window(sample, plan)
         plan.windowed = True
+    plan.wide = max(abs(lo_node), abs(hi_node)) >= 2**22 and sample.dtype != torch.float64
     plan.build(lo_node, hi_node, torch.float64 if sample.dtype == torch.float64 else torch.float32)
     return plan
 

@@ -157,6 +157,16 @@ def test_tiny_tau_on_unbounded_scores_stays_within_the_grid_bound():
     assert_exact(fast(pos, block, own, 1e3), reference(pos, block, own, 1e3))
 
 
+@pytest.mark.parametrize("centre,spread,tau", [(1e5, 1.0, 1e-3), (1e4, 30.0, 1e-3)])
+def test_float32_scores_far_from_zero_keep_their_nodes(centre, spread, tau):
+    """Node numbers beyond float32's exact integers (score / spacing ≥ 2^22): located in float64, not rounded."""
+    pos, block, own = scores("random", 40, 1, seed=6)
+    pos, block = (centre + spread * pos).float(), (centre + spread * block).float()
+    lo, hi = grid.score_range(block)
+    assert grid.plan_for_range(pos, 1 / tau, lo, hi, block.numel(), block).wide
+    assert_exact(fast(pos, block, own, 1 / tau, torch.float32), reference(pos, block, own, 1 / tau))
+
+
 def test_non_finite_scores_are_refused_naming_them():
     pos, block, own = scores("random", 4, 0, seed=0)
     block[1, 2] = math.nan

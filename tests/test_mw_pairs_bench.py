@@ -1,0 +1,44 @@
+"""benchmarks/bench_mw_pairs.py: a small run writes the fields the docs are rendered from, and the MW page's table
+is the rendering of the committed JSON (generated, not typed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from tests.doc_blocks import REPO
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_mw_pairs", REPO / "benchmarks" / "bench_mw_pairs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_small_run_times_mw_cross_entropy_and_the_pairwise_stage(tmp_path):
+    bench = _module()
+    out = tmp_path / "run.json"
+    argv = ["--batches", "8", "96", "--hard", "0", "1", "--pairwise-max", "8", "--repeats", "1", "--out", str(out)]
+    assert bench.main(argv) == 0
+    result = json.loads(out.read_text())
+    rows = {(r["batch"], r["hard_negatives"]): r for r in result["rows"]}
+    assert set(rows) == {(8, 0), (96, 0), (8, 1), (96, 1)}
+    assert rows[96, 1]["scores"] == 96 * 192
+    assert rows[8, 0]["mw_stage"] == "pairwise" and rows[96, 1]["mw_stage"] == "grid"
+    assert "pairwise_cpu_s" in rows[8, 0] and "pairwise_cpu_s" not in rows[96, 0]  # beyond --pairwise-max
+    for r in rows.values():
+        assert r["ce_cpu_s"] > 0 and r["mw_cpu_s"] > 0
+        assert abs(r["mw_over_ce"] - r["mw_cpu_s"] / r["ce_cpu_s"]) < 1e-12
+    assert result["threads"] == 1 and result["goals"] == {}  # the goals need B = 1,024 and 4,096
+
+
+def test_the_mw_page_shows_the_committed_measurement():
+    bench = _module()
+    result = json.loads((REPO / "docs" / "results" / "bench_mw_pairs.json").read_text())
+    page = (REPO / "docs" / "mw_loss.md").read_text()
+    section = page.split(bench.START, 1)[1].split(bench.END, 1)[0]
+    assert section.strip() == bench.table(result).strip()
+    assert {4096, 1024} <= {r["batch"] for r in result["rows"]}
+    assert (REPO / "docs" / "figures" / "mw_pairs.png").is_file()
+    assert "figures/mw_pairs.png" in page
