@@ -166,7 +166,9 @@ def figure(result: dict, path: Path) -> None:
             continue
         b = [r["batch"] for r in rows]
         ax.plot(b, [r["ce_cpu_s"] * 1e3 for r in rows], "k" + style, marker="o", label=f"MNRL cross-entropy, H={hard}")
-        ax.plot(b, [r["mw_cpu_s"] * 1e3 for r in rows], "C0" + style, marker="s", label=f"MW (pair_stage='auto'), H={hard}")
+        ax.plot(
+            b, [r["mw_cpu_s"] * 1e3 for r in rows], "C0" + style, marker="s", label=f"MW (pair_stage='auto'), H={hard}"
+        )
         pw = [(r["batch"], r["pairwise_cpu_s"] * 1e3) for r in rows if "pairwise_cpu_s" in r]
         if pw:
             ax.plot(*zip(*pw), "C3" + style, marker="^", label=f"MW, pairwise stage (O(B³)), H={hard}")
