@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from st_magnitude._exact_sq_dist import exact_sq_dist
 from st_magnitude._similarity_names import (  # torch-free, for the CLI; re-exported here
     CARRIABLE_SIMILARITY_NAMES,
     CORNER_GAMMAS,
@@ -302,7 +303,9 @@ class TNSimilarity(Similarity):
     ‖a − b‖² = ‖a‖² + ‖b‖² − 2a·b (no (N, M, d) tensor); that identity cancels catastrophically for near-aligned
     pairs (fp32 error ≈ 1e-7·(‖a‖² + ‖b‖²), a floor of ≈ 2e-4 in sim_TN), so every pair with
     ‖a − b‖² < ``refine_ratio``·(‖a‖² + ‖b‖²) (default 0.1: cos > 0.9 at equal norms, typically the positives) is
-    recomputed from the difference a − b, as the pairwise form does (only those pairs are gathered, in chunks).
+    recomputed from the difference a − b, as the pairwise form does (every pair is computed that way, in row chunks,
+    and the near-aligned ones are selected on the device: an elementwise pass over B·M·n values instead of a host
+    read; ``refine_ratio=0`` skips it).
     ``eps`` sits inside every square root —
     ‖a − b‖ = sqrt(d² + eps) and ‖a‖ = sqrt(‖a‖² + eps) — so the gradient is finite at perfect alignment (where
     L_TN is singular, paper App. A) and at zero vectors. Because (sqrt(x+eps) + sqrt(y+eps))² ≥ (‖a‖+‖b‖)² + eps,
@@ -334,19 +337,16 @@ class TNSimilarity(Similarity):
             return self._from_parts(sq_dist, sq_a, sq_b)
 
     def _refine_near_aligned(self, sq_dist: Tensor, a: Tensor, b: Tensor, sq_sum: Tensor) -> Tensor:
-        """Recompute ‖a_i − b_j‖² from the difference where the identity loses its digits (see class docstring)."""
-        if self.refine_ratio == 0.0 or a.dim() != 2 or sq_dist.numel() == 0:
+        """Recompute ‖a_i − b_j‖² from the difference where the identity loses its digits (see class docstring).
+
+        Every pair is recomputed (:func:`~st_magnitude._exact_sq_dist.exact_sq_dist`, in row chunks) and the
+        near-aligned ones are selected with ``torch.where``: no shape depends on the data, so nothing waits for the
+        device (gathering only the near-aligned pairs would need a ``nonzero``, a host read)."""
+        if self.refine_ratio == 0.0 or a.dim() != 2 or b.dim() != 2 or sq_dist.numel() == 0:
             return sq_dist
         with torch.no_grad():
-            rows, cols = torch.nonzero(sq_dist < self.refine_ratio * sq_sum, as_tuple=True)
-        if rows.numel() == 0:
-            return sq_dist
-        chunk = max(1, (1 << 22) // max(1, a.shape[-1]))  # at most ~4M gathered elements at a time
-        parts = []
-        for start in range(0, rows.numel(), chunk):
-            diff = a[rows[start : start + chunk]] - b[cols[start : start + chunk]]
-            parts.append((diff * diff).sum(-1))
-        return sq_dist.index_put((rows, cols), torch.cat(parts))
+            near = sq_dist < self.refine_ratio * sq_sum
+        return torch.where(near, exact_sq_dist(a, b), sq_dist)
 
     def pairwise(self, queries: Tensor, documents: Tensor) -> Tensor:
         """Pairwise form ``[B, n] x [B, n] -> [B]`` (fp32); ‖a − b‖ from the difference itself."""

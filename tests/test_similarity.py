@@ -305,6 +305,30 @@ def test_tn_matrix_form_has_no_cancellation_floor_for_near_aligned_pairs():
     torch.testing.assert_close(got, _tn_reference(a, b), rtol=0, atol=1e-6)
 
 
+def test_tn_matrix_form_equals_the_pairwise_form_on_near_aligned_pairs():
+    """The matrix form's near-aligned pairs (here the diagonal) are the pairwise form's values and gradients: both
+    from the difference a − b; the far pairs keep the law-of-cosines value."""
+    a, b = _near_aligned(noise=1e-3)
+    a, b = a.float(), b[torch.arange(a.shape[0]).roll(1)].float()  # positives off the diagonal: b[i - 1] = pos
+    sim = get_similarity("tn")
+    a_m, b_m = a.clone().requires_grad_(), b.clone().requires_grad_()
+    matrix = sim(a_m, b_m)
+    cols = torch.arange(a.shape[0]).roll(-1)  # row i's positive is column i + 1
+    pairs = matrix[torch.arange(a.shape[0]), cols]
+    a_p, b_p = a.clone().requires_grad_(), b[cols].clone().requires_grad_()
+    pairwise = sim.pairwise(a_p, b_p)
+    torch.testing.assert_close(pairs, pairwise, rtol=0, atol=1e-7)
+    pairs.sum().backward()
+    pairwise.sum().backward()
+    torch.testing.assert_close(a_m.grad, a_p.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b_m.grad[cols], b_p.grad, rtol=1e-5, atol=1e-6)
+    far = get_similarity("tn", refine_ratio=0.0)(a, b)  # the identity alone
+    off = torch.ones_like(far, dtype=torch.bool)
+    off[torch.arange(a.shape[0]), cols] = False
+    assert torch.equal(matrix.detach()[off], far[off])
+    assert (matrix.detach()[~off] - far[~off]).abs().max() > 1e-5  # the identity's cancellation, corrected
+
+
 def test_info_tn_gradient_matches_float64_reference_for_near_aligned_positives():
     from st_magnitude.losses.info_tn import info_tn_loss
 

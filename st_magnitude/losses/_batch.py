@@ -50,7 +50,8 @@ def check_columns(rows: list[int], loss_name: str) -> None:
 
 
 #: On an accelerator, how many calls a loss lets pass between two reads of its finiteness flag (each read is one
-#: host sync). Between reads the flag is accumulated on the device. On CPU every call is checked (no sync to save).
+#: host sync), and of the flags counted by :class:`~st_magnitude.losses._device_count.DeviceCount` (RevelaLoss's
+#: batch checks). Between reads the flag is accumulated on the device. On CPU every call is checked (no sync to save).
 #: Set to 1 to stop at the first non-finite batch, with its rows, on an accelerator too.
 FINITE_CHECK_INTERVAL = 50
 
@@ -60,6 +61,7 @@ FINITE_CHECK_INTERVAL = 50
 CPU_CHECKS_EVERY_CALL = True
 
 #: The duplicate-positive check (a ``torch.unique`` and a host sync) runs on the first calls, then every this many.
+#: ``DeviceCount`` reads its flag on the same first calls.
 DUPLICATE_CHECK_FIRST, DUPLICATE_CHECK_INTERVAL = 8, 64
 
 

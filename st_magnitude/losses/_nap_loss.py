@@ -91,9 +91,9 @@ class NAPLoss(FamilyLoss):
     #: the loss also scores the model's (normalized) embedding, next to the tapped state (L2Dir's InfoNCE part)
     uses_embedding: bool = False
     stats_prefix = "l2dir_"
-    #: one: sim_TN's matrix form recomputes its near-aligned pairs from their difference, and gathering them
-    #: (``nonzero``: as many as there are) waits for the device (:class:`~st_magnitude.similarity.TNSimilarity`)
-    host_reads_per_step = 1
+    #: none: sim_TN's matrix form recomputes its near-aligned pairs on the device, selected with ``torch.where``
+    #: (:class:`~st_magnitude.similarity.TNSimilarity`); the length statistics are read only when logged
+    host_reads_per_step = 0
 
     def __init__(
         self,

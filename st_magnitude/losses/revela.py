@@ -7,6 +7,7 @@ See docs/revela.md for the faithful / our-choice table.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -15,7 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
+from st_magnitude.losses import _batch
 from st_magnitude.losses._checks import positive_finite, positive_float32
+from st_magnitude.losses._device_count import DeviceCount
 from st_magnitude.losses._loss_state import sync_loss_held_gradients
 from st_magnitude.modules.revela_attention import (
     REVELA_ATTENTION,
@@ -37,13 +40,17 @@ _B2_MESSAGE = (
     "Use groups of >= 3 related chunks (paper: 16), e.g. build_revela_dataset(group_size=16)."
 )
 
+#: Sim's off-diagonal entries are at least exp(−2/τ)/(B − 1): cosines lie in [−1, 1] and a row's softmax denominator,
+#: relative to its maximum, is at most B − 1. While 2/τ + ln(B − 1) stays below this (fp32's smallest normal number is
+#: e^−87.3; the margin covers rounding and an exp that flushes subnormals to zero), no pair has Sim = 0 exactly, so the
+#: in-batch term computes every pair without looking for zero-weight ones (a ``nonzero``: a host read).
+ZERO_FREE_EXPONENT = 80.0
+
+#: The largest group for which :attr:`RevelaLoss.host_reads_per_step` answers (the rule above depends on B).
+DECLARED_GROUP_LIMIT = 1 << 16
+
 
 class RevelaLoss(nn.Module):
-    #: host reads per training step in this loss's own code (see ``FamilyLoss.host_reads_per_step``): the batch's
-    #: labels are one group, every chunk has an LM token, the one-hot Sim warning, and the in-batch term's active
-    #: (nonzero) pairs
-    host_reads_per_step: int = 4
-
     def __init__(
         self,
         model,
@@ -177,13 +184,37 @@ class RevelaLoss(nn.Module):
             for param in self.lm.parameters():
                 param.requires_grad_(False)
         self.last_sim: Tensor | None = None
-        self.one_hot_steps = 0  # batches whose Sim was one-hot in every row (no retriever gradient)
+        self._one_hot_steps = 0  # batches whose Sim was one-hot in every row (no retriever gradient), read so far
+        # the per-step checks, counted on the device and read on the first calls and every FINITE_CHECK_INTERVAL
+        self._mixed_groups, self._empty_chunks, self._one_hot = DeviceCount(), DeviceCount(), DeviceCount()
         # relevance diagnostics (see relevance_diagnostics / RevelaDiagnosticsCallback)
         self.diagnose_next_batch = False
         self.diagnostics_step: int | None = None
         self.diagnostics: list[dict[str, float]] = []
         self.diagnostics_generator = torch.Generator().manual_seed(0)
         self.diagnostics_shuffles = 1
+
+    @property
+    def host_reads_per_step(self) -> int:
+        """Host reads per training step in this loss's own code (see ``FamilyLoss.host_reads_per_step``).
+
+        0 when Sim cannot hold an exact zero (:data:`ZERO_FREE_EXPONENT`, for groups of up to
+        :data:`DECLARED_GROUP_LIMIT` chunks: τ ≥ 0.0291); otherwise 1, the ``nonzero`` that finds the in-batch
+        pairs with Sim > 0 (at τ = 1e-4 most pairs are skipped, which is worth the read). The batch checks (one
+        group, an LM token in every chunk) and the one-hot warning are counted on the device and read on the first
+        calls and every ``FINITE_CHECK_INTERVAL`` calls (:class:`~st_magnitude.losses._device_count.DeviceCount`).
+        """
+        return int(self._sim_may_hold_zeros(DECLARED_GROUP_LIMIT))
+
+    def _sim_may_hold_zeros(self, bsz: int) -> bool:
+        """Whether some Sim[i, j], j ≠ i, can be exactly 0 in fp32 for a group of ``bsz`` chunks."""
+        return 2.0 / self.temperature + math.log(max(bsz - 1, 1)) > ZERO_FREE_EXPONENT
+
+    @property
+    def one_hot_steps(self) -> int:
+        """Batches whose Sim was one-hot in every row (no retriever gradient) so far (a host read when some are
+        still counted on the device)."""
+        return self._one_hot_steps + self._one_hot.peek()
 
     # ------------------------------------------------------------------------------------------------- Sim
     def similarity_matrix(self, query_embeddings: Tensor, passage_embeddings: Tensor) -> Tensor:
@@ -212,8 +243,11 @@ class RevelaLoss(nn.Module):
         labels = input_ids.masked_fill(attention_mask == 0, -100)
         if sim is None:
             return self.lm(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        if bool((attention_mask.sum(dim=1) == 0).any()):
-            raise ValueError("every chunk must have at least one non-padding LM token")
+        empty = self._empty_chunks.add((attention_mask.sum(dim=1) == 0).any())
+        if empty:
+            found = _deferred(self._empty_chunks, empty)
+            suffix = f" ({found})" if found else ""
+            raise ValueError(f"every chunk must have at least one non-padding LM token{suffix}")
         _check_lm_checkpointing(self.lm)
         # Two state objects, one per pass: with gradient checkpointing of the LM's decoder layers the layers of BOTH
         # passes are re-run in backward with the keyword arguments of their forward. A single mutable state would
@@ -248,6 +282,7 @@ class RevelaLoss(nn.Module):
         state = RevelaAttentionState(
             mode="in_batch",
             sim=sim,
+            skip_zero_pairs=self._sim_may_hold_zeros(sim.shape[0]),
             key_mask=record.key_mask,
             v_norm=self.v_norm,
             eps=self.eps,
@@ -278,10 +313,13 @@ class RevelaLoss(nn.Module):
             )
         sim = self.similarity_matrix(query_embeddings, passage_embeddings)
         self.last_sim = sim.detach()
-        if sim.requires_grad and bool((self.last_sim.max(dim=1).values == 1.0).all()):
-            self.one_hot_steps += 1
+        one_hot = self._one_hot.add((self.last_sim.max(dim=1).values == 1.0).all()) if sim.requires_grad else None
+        if one_hot:
+            self._one_hot_steps += one_hot
             warnings.warn(
-                "RevelaLoss: every row of Sim is one-hot (row maximum 1.0 in fp32) at "
+                "RevelaLoss: every row of Sim is one-hot (row maximum 1.0 in fp32)"
+                + (f" in {one_hot} of the last {self._one_hot.span} batches" if self._one_hot.span > 1 else "")
+                + " at "
                 f"temperature={self.temperature:g}, so the retriever gets no gradient from this batch, zero up to "
                 "fp32 rounding (the softmax Jacobian Sim·(δ − Sim) vanishes; "
                 "fp32 exp underflows once a cosine is about 100·τ below its row's best). The paper's τ = 1e-4 was "
@@ -377,10 +415,14 @@ class RevelaLoss(nn.Module):
                 f"trainer's data_collator and a dataset with columns (query, passage, label); got {len(features)} "
                 f"feature dicts"
             )
-        if labels is not None and labels.numel() > 0 and bool((labels.view(-1) != labels.view(-1)[0]).any()):
+        mixed = None
+        if labels is not None and labels.numel() > 0:
+            flat = labels.view(-1)
+            mixed = self._mixed_groups.add((flat != flat[0]).any())
+        if mixed:
+            found = _deferred(self._mixed_groups, mixed) or f"labels {sorted(set(labels.view(-1).tolist()))}"
             raise ValueError(
-                "a batch mixes chunks of different groups (labels "
-                f"{sorted(set(labels.view(-1).tolist()))}); unrelated chunks must not share one Sim matrix "
+                f"a batch mixes chunks of different groups ({found}); unrelated chunks must not share one Sim matrix "
                 "(paper: random batches collapse). Use RevelaGroupBatchSampler with per_device_train_batch_size "
                 "equal to the group size"
             )
@@ -421,6 +463,17 @@ class RevelaLoss(nn.Module):
     year={2025}
 }
 """
+
+
+def _deferred(check: DeviceCount, count: int) -> str:
+    """What an error says when its check was counted over several calls ("" when it was read at this batch)."""
+    if check.span <= 1:
+        return ""
+    return (
+        f"found in {count} of the last {check.span} batches: on an accelerator this check is read every "
+        f"{_batch.FINITE_CHECK_INTERVAL} calls to avoid a host sync per step; set "
+        "st_magnitude.losses._batch.FINITE_CHECK_INTERVAL = 1 to stop at the batch"
+    )
 
 
 def _check_lm_checkpointing(lm: nn.Module) -> None:

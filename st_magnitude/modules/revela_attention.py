@@ -107,14 +107,18 @@ def active_pairs(
 ) -> tuple[Tensor, Tensor]:
     """Row and column indices of the ordered pairs ``(i, j)``, ``i ≠ j``, that :func:`in_batch_term` computes.
 
-    With ``skip_zero_pairs`` the pairs with ``Sim[i, j] == 0`` are left out (see :func:`in_batch_term`).
+    With ``skip_zero_pairs`` the pairs with ``Sim[i, j] == 0`` are left out (see :func:`in_batch_term`): a
+    ``nonzero``, so one host read; without it every pair is listed from the shape alone (no read).
     """
     bsz = sim.shape[0]
     device = sim.device if device is None else device
-    active = ~torch.eye(bsz, dtype=torch.bool, device=device)
-    if skip_zero_pairs:
-        active = active & (sim.detach().to(device) != 0)
-    return active.nonzero(as_tuple=True)
+    if skip_zero_pairs:  # as many pairs as Sim has nonzero weights: the host waits for the device (one read)
+        active = ~torch.eye(bsz, dtype=torch.bool, device=device) & (sim.detach().to(device) != 0)
+        return active.nonzero(as_tuple=True)
+    # every i ≠ j, row by row (the order nonzero gives), built from the shape alone: no host read
+    rows = torch.arange(bsz, device=device).repeat_interleave(max(bsz - 1, 0))
+    cols = torch.arange(max(bsz - 1, 0), device=device).repeat(bsz)
+    return rows, cols + (cols >= rows).long()
 
 
 def in_batch_term(

@@ -1,10 +1,11 @@
 """No loss reads a tensor into Python (a host sync on a GPU) in a steady-state training step, beyond what it declares.
 
 Every registered loss, plain and cached, runs forward and backward on a tiny model on the CPU: first the calls that
-run the first-calls checks (duplicate positives), then the counted calls, with every Python entry point of a host
-read tripped by a counting patch (``helpers/host_reads.py``). The reads made by st_magnitude's own code must stay
-within the class's ``host_reads_per_step`` per call. The finiteness check takes its accelerator path (a device flag
-read every ``FINITE_CHECK_INTERVAL`` calls) so that the CPU run counts what a GPU run would.
+run the first-calls checks (duplicate positives, RevelaLoss's batch checks), then the counted calls, with every
+Python entry point of a host read tripped by a counting patch (``helpers/host_reads.py``). The reads made by
+st_magnitude's own code must stay within the class's ``host_reads_per_step`` per call. The deferred checks take
+their accelerator path (a device flag read every ``FINITE_CHECK_INTERVAL`` calls) so that the CPU run counts what a
+GPU run would.
 """
 
 from __future__ import annotations
@@ -99,19 +100,34 @@ def test_a_steady_state_step_reads_no_more_than_the_loss_declares(tiny_model, na
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loss = build(tiny_model)
-    loss.train()
-    features, labels = batch(tiny_model)
-    for _ in range(_batch.DUPLICATE_CHECK_FIRST):  # the first calls' checks
-        _step(loss, features, labels)
-    with counting_host_reads() as sites:
-        for _ in range(COUNTED_CALLS):
-            _step(loss, features, labels)
+    sites = _steady_state_reads(loss, *batch(tiny_model))
     declared = loss.host_reads_per_step
     assert isinstance(declared, int) and declared >= 0
     assert len(sites) <= declared * COUNTED_CALLS, (
         f"{name} read tensors into Python {len(sites) / COUNTED_CALLS:g} times per step (declared {declared}): "
         f"{sorted(set(sites))}"
     )
+
+
+def _steady_state_reads(loss, features, labels) -> list[str]:
+    loss.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(_batch.DUPLICATE_CHECK_FIRST):  # the first calls' checks
+            _step(loss, features, labels)
+        with counting_host_reads() as sites:
+            for _ in range(COUNTED_CALLS):
+                _step(loss, features, labels)
+    return sites
+
+
+def test_revela_at_the_papers_temperature_reads_once_to_skip_zero_weight_pairs(tiny_model, monkeypatch):
+    """At τ = 1e-4 Sim holds exact zeros: one ``nonzero`` per step finds the pairs the in-batch term computes."""
+    monkeypatch.setattr(_batch, "CPU_CHECKS_EVERY_CALL", False)
+    loss = L.RevelaLoss(tiny_model, _tiny_llama(), temperature=1e-4)
+    sites = _steady_state_reads(loss, *_revela(tiny_model))
+    assert loss.host_reads_per_step == 1
+    assert len(sites) == COUNTED_CALLS and all("revela_attention.py" in s for s in sites), sites
 
 
 def test_the_counting_patch_sees_a_read_in_the_package_and_is_removed_after():
