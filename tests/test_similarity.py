@@ -305,9 +305,13 @@ def test_tn_matrix_form_has_no_cancellation_floor_for_near_aligned_pairs():
     torch.testing.assert_close(got, _tn_reference(a, b), rtol=0, atol=1e-6)
 
 
-def test_tn_matrix_form_equals_the_pairwise_form_on_near_aligned_pairs():
+@pytest.mark.parametrize("gather_on_cpu", [True, False])  # the CPU's way and the accelerator's
+def test_tn_matrix_form_equals_the_pairwise_form_on_near_aligned_pairs(monkeypatch, gather_on_cpu):
     """The matrix form's near-aligned pairs (here the diagonal) are the pairwise form's values and gradients: both
     from the difference a − b; the far pairs keep the law-of-cosines value."""
+    import st_magnitude.similarity as similarity
+
+    monkeypatch.setattr(similarity, "REFINE_BY_GATHER_ON_CPU", gather_on_cpu)
     a, b = _near_aligned(noise=1e-3)
     a, b = a.float(), b[torch.arange(a.shape[0]).roll(1)].float()  # positives off the diagonal: b[i - 1] = pos
     sim = get_similarity("tn")

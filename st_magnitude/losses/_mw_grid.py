@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["GridPlan", "LEVELS", "MAX_NODES", "grid_pair_sum", "score_range"]
+__all__ = ["GridPlan", "LEVELS", "MAX_NODES", "grid_pair_sum", "make_plan", "plan_for_range", "score_range"]
 
 #: ``(α_max, D)``: grid spacing over τ at most α_max, Taylor degree D (truncation ≤ 1e-9, module docstring)
 LEVELS: tuple[tuple[float, int], ...] = ((1 / 16, 4), (1 / 8, 5), (1 / 4, 6), (1 / 2, 8), (1.0, 11), (2.0, 17))
@@ -117,7 +117,7 @@ def choose_level(span_z: float, inv_tau: float, n_scores: int, n_pos: int) -> in
 class GridPlan:
     """The grid of one step: the positives (scaled so that τ = ``1/inv_tau``), the spacing, the node range, the
     positives' node tables and the moments deposited so far (for a positive gradient deferred to the end of a
-    cached step). Built by :func:`make_plan`; extended when a later chunk's scores leave the node range."""
+    cached step). Made by :func:`plan_for_range` (a level by :func:`make_plan`, nodes by :meth:`build`)."""
 
     positives: Tensor  # [B] float64, detached
     inv_tau: float

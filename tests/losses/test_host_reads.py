@@ -18,6 +18,7 @@ from conftest import TINY_TRANSFORMER
 from helpers.host_reads import counting_host_reads
 
 import st_magnitude.losses as L
+from st_magnitude import similarity
 from st_magnitude.losses import _batch
 from st_magnitude.losses._registry import loss_class_names
 
@@ -96,6 +97,7 @@ def _step(loss, features, labels) -> None:
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_a_steady_state_step_reads_no_more_than_the_loss_declares(tiny_model, name, monkeypatch):
     monkeypatch.setattr(_batch, "CPU_CHECKS_EVERY_CALL", False)  # the accelerator's deferred finiteness check
+    monkeypatch.setattr(similarity, "REFINE_BY_GATHER_ON_CPU", False)  # and sim_TN's accelerator refinement
     build, batch = BUILDERS[name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
