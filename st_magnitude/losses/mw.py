@@ -187,8 +187,8 @@ class MWLoss(FamilyLoss):
         temperature: float | str = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         chunk_size: int | None = None,
-        gather_across_devices: bool = False,
         pair_stage: Literal["auto", "grid", "pairwise"] = "auto",
+        gather_across_devices: bool = False,
     ) -> None:
         """The Mann–Whitney (MW) loss of paper 001 (eq. 3): a pairwise logistic surrogate of the *pooled* AUC.
         Every positive score of the batch is compared with every negative score of the batch, across queries::
@@ -218,14 +218,14 @@ class MWLoss(FamilyLoss):
                 costs ≈ 34 MiB. ``None`` (default): on a GPU as many as fit in half the free memory, on the CPU a
                 small batch's pairs at once and otherwise half the size of the B × B(1+H) score matrix. Does not
                 change the result.
-            gather_across_devices: gather embeddings from all processes (with gradients); each process then
-                compares every positive with its own anchors' negatives, and the mean over processes is the loss of
-                the full global batch.
             pair_stage: how the B·|S⁻| pairs are summed, with the same result: ``"pairwise"`` (every pair, O(B³)),
                 ``"grid"`` (node tables and Taylor moments on a power-of-two grid, O(B² + B·G), exact to ~1e-9; see
                 ``docs/mw_loss.md``) or ``"auto"`` (default): the pairwise sum for small batches, where it is
                 faster, the grid above (:func:`choose_pair_stage`). The grid reads the score range on the host once
                 per step.
+            gather_across_devices: gather embeddings from all processes (with gradients); each process then
+                compares every positive with its own anchors' negatives, and the mean over processes is the loss of
+                the full global batch.
 
         References:
             - Sheikholeslami et al. 2025, "Optimizing What Matters: AUC-Driven Learning for Robust Neural
@@ -399,11 +399,11 @@ class CachedMWLoss(CachedLoss):
         temperature: float | str = 0.01,
         reduction: Literal["paper", "mean"] = "paper",
         chunk_size: int | None = None,
+        pair_stage: Literal["auto", "grid", "pairwise"] = "auto",
         mini_batch_size: int = 32,
         mini_batch_num_tokens: int | None = None,
         gather_across_devices: bool = False,
         show_progress_bar: bool = False,
-        pair_stage: Literal["auto", "grid", "pairwise"] = "auto",
     ) -> None:
         """:class:`MWLoss` with gradient caching (GradCache) on ST's ``CachedLossMixin``: the same loss and
         gradients, for effective batches far beyond memory.
@@ -424,15 +424,15 @@ class CachedMWLoss(CachedLoss):
             temperature: τ (paper 001: 0.01) or ``"learnable"`` (as in :class:`MWLoss`; parameter
                 ``loss.temperature.log_scale``).
             reduction: ``"paper"`` (Σ/B, eq. 3) or ``"mean"`` (mean over pairs).
-            chunk_size: (positive, negative) pairs evaluated at once; ``None`` (default) uses half the size of one
-                ``mini_batch_size`` × B(1+H) block of scores, so memory stays close to that of the cached InfoNCE.
+            chunk_size: (positive, negative) pairs evaluated at once by the ``"pairwise"`` stage; ``None``
+                (default): as in :class:`MWLoss`, with one ``mini_batch_size`` × B(1+H) block as the score block.
+            pair_stage: as in :class:`MWLoss`. On the grid, the step's chunks share one grid made from the range of
+                all their scores (one host read per step), and the positives' gradient is accumulated over the
+                chunks and back-propagated once.
             mini_batch_size: rows per forward pass and per score-matrix chunk.
             mini_batch_num_tokens: pack mini-batches by token count instead (see ST's cached losses).
             gather_across_devices: as in :class:`MWLoss`.
             show_progress_bar: show the mini-batch progress.
-            pair_stage: as in :class:`MWLoss`. On the grid, the step's chunks share one grid made from the range of
-                all their scores (one host read per step), and the positives' gradient is accumulated over the
-                chunks and back-propagated once.
 
         References:
             - Sheikholeslami et al. 2025, "Optimizing What Matters: AUC-Driven Learning for Robust Neural
@@ -467,7 +467,7 @@ class CachedMWLoss(CachedLoss):
                 loss = CachedMWLoss(model, mini_batch_size=32, reduction="mean")  # per_device_train_batch_size=1024
         """
         super().__init__(
-            MWLoss(model, similarity, temperature, reduction, chunk_size, gather_across_devices, pair_stage),
+            MWLoss(model, similarity, temperature, reduction, chunk_size, pair_stage, gather_across_devices),
             mini_batch_size,
             mini_batch_num_tokens,
             show_progress_bar,

@@ -95,11 +95,10 @@ def test_compare_bad_inputs_leave_nothing_behind(setup, tmp_path, capsys):
         str(out),
         "--train-data",
         "toy",
-        "--eval-data",
-        "toy",
     ]
     assert main([*common, "--model", str(model_dir), "--eval-data", "toy,fiqa"]) == 2
     assert "'fiqa' is not in the data folder" in capsys.readouterr().err
+    common += ["--eval-data", "toy"]
     assert main([*common, "--model", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main([*common, "--model", str(model_dir), "--variants", "qnorm,dnrom"]) == 2
