@@ -55,6 +55,8 @@ MAX_NODES = 2**14
 CPU_CHUNK = 2**18
 #: scores per pass on a GPU (bounds the pass's temporaries, a few bytes per score, whatever the batch)
 GPU_CHUNK = 2**24
+#: deposit with ``bincount`` on the CPU; False takes the accelerators' ``index_add_`` there too (the tests do)
+BINCOUNT_ON_CPU = True
 #: (positive, node) evaluations per block of the positives' tables
 TABLE_BLOCK = 2**16
 #: measured costs in ns on one CPU thread (``python benchmarks/bench_mw_pairs.py --levels``, B = 1,024 and 4,096):
@@ -218,11 +220,17 @@ def make_plan(positives: Tensor, inv_tau: float, span_z: float, n_scores: int) -
 def _deposit(table: Tensor, index: Tensor, weights: Tensor | None, nodes: int) -> None:
     """``table[index[k]] += weights[k]`` (float64): bincount on the CPU (sequential, deterministic), ``index_add_``
     elsewhere (deterministic under ``torch.use_deterministic_algorithms(True)``)."""
-    if table.device.type == "cpu":
+    if table.device.type == "cpu" and BINCOUNT_ON_CPU:
         table += torch.bincount(index, weights, minlength=nodes)[:nodes]
     else:
         ones = torch.ones_like(index, dtype=torch.float64) if weights is None else weights
-        table.index_add_(0, index.long(), ones)
+        table.index_add_(0, index, ones)
+
+
+def _index_dtype(x: Tensor) -> torch.dtype:
+    """Node indices as int32 on the CPU (``bincount`` and ``index_select`` read half the bytes), int64 elsewhere
+    (``index_add_``)."""
+    return torch.int32 if x.device.type == "cpu" else torch.int64
 
 
 def _locate(x: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor]:
@@ -263,7 +271,7 @@ class _GridPairs(torch.autograd.Function):
                 out_idx = outside.nonzero().squeeze(1)
                 node = node.masked_fill(outside, nodes)
                 u = u.masked_fill(outside, 0.0)
-            index = node.to(torch.int32)
+            index = node.to(_index_dtype(flat))
             v = u.to(torch.float64) * plan.alpha
             _deposit(moments[:, 0], index, None, nodes + 1)
             power = v
@@ -287,7 +295,7 @@ class _GridPairs(torch.autograd.Function):
         # the rows' own positives are no negatives: take their moments out again and zero their gradient
         node, u = _locate(flat[own], plan)
         outside = (node < 0) | (node > nodes - 1)
-        index = node.masked_fill(outside, nodes).to(torch.int32)
+        index = node.masked_fill(outside, nodes).to(_index_dtype(flat))
         v = u.masked_fill(outside, 0.0).to(torch.float64) * plan.alpha
         power = -torch.ones_like(v)
         for m in range(degree + 1):

@@ -174,6 +174,14 @@ def test_non_finite_scores_are_refused_naming_them():
         fast(pos, block, own, 100.0)
 
 
+def test_the_accelerators_deposit_gives_the_same_numbers(monkeypatch):
+    """``index_add_`` (what a GPU deposits with) instead of the CPU's ``bincount``: the same loss and gradients."""
+    pos, block, own = scores("clustered", 64, 2, seed=7)
+    want = reference(pos, block, own, 100.0)
+    monkeypatch.setattr(grid, "BINCOUNT_ON_CPU", False)
+    assert_exact(fast(pos, block, own, 100.0), want)
+
+
 def test_repeated_calls_are_bitwise_identical():
     pos, block, own = scores("clustered", 96, 1, seed=5)
     a, b = fast(pos, block, own, 100.0, torch.float32), fast(pos, block, own, 100.0, torch.float32)
