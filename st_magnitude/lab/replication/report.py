@@ -73,9 +73,11 @@ replacing one made under other settings, device or torch is named in a warning).
 per-item values it writes `<summary>.items.json.gz`: those values per seed and arm, so anyone can recompute every
 interval (`st_magnitude.lab.replication.items.recompute(summary_path)`;
 `tests/lab/replication/test_items.py` does it for every committed result: each has its file). `st-magnitude replicate
---redecide` on a summary without that file judges its stored comparisons again under the current rule (statements,
-margins, Holm); the intervals stay the run's. Costs are the recorded ones: CPU-seconds of the run's process and its
-children (`resource.getrusage`), wall time, and the load average at start → end (in each result's section).
+--redecide SUMMARY` puts that file's values back and recomputes every interval; a summary without it is never
+rewritten in place: with `--results DIR` (another folder) its stored comparisons are judged again there under the
+current rule (statements, margins, Holm), the intervals staying the run's. Costs are the recorded ones: CPU-seconds
+of the run's process and its children (`resource.getrusage`), wall time, and the load average at start → end (in
+each result's section).
 
 A killed run continues where it stopped when the same command is run again. Each seed seeds its own random number
 generators, so seeds can also run as separate processes at once (`--first-seed K --seeds 1`, one process per seed on
