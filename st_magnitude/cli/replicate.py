@@ -130,11 +130,11 @@ def run(args: argparse.Namespace) -> int:
     if args.redecide:
         from st_magnitude.lab.replication.runner import redecide
 
-        print(f"rewriting {args.redecide}" + (f"; summary to {results}" if results else "; no summary (no --results)"))
+        print(f"deciding {args.redecide} again" + (f"; summary to {results}" if results else ""))
         record = redecide(args.redecide, results)
         print(f"{record['claim']} ({record['profile']}): {record['decision'].get('ours', '')}")
         print(f"  verdict: {record['verdict']}")
-        print(f"  wrote {record['full_result']}" + (f" and {record['summary_result']}" if results else ""))
+        print(f"  wrote {' and '.join(record['written'])}")
         return 0
     if args.merge:
         from st_magnitude.lab.replication.merge import merge_runs

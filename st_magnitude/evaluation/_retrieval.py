@@ -112,6 +112,8 @@ def pooled_auc_pools(
         raise ValueError(f"n_negatives must be positive, got {n_negatives}")
     if len(corpus_ids) == 0:
         raise ValueError("The corpus is empty: pooled AUC needs at least one document.")
+    _refuse_non_finite(query_embeddings, "query", query_ids)
+    _refuse_non_finite(corpus_embeddings, "document", corpus_ids)
     score_fn = score_fn or (lambda q, d: q @ d.T)
     pos_of = {cid: i for i, cid in enumerate(corpus_ids)}
     pos, neg, pos_q, neg_q = [], [], [], []
@@ -119,6 +121,7 @@ def pooled_auc_pools(
     for start in chunks:
         stop = min(start + chunks.step, len(query_ids))
         scores = _score(score_fn, query_embeddings[start:stop], corpus_embeddings)
+        _refuse_non_finite(scores, "query", query_ids[start:stop], offset=start, scores=True)
         masked = scores  # masked in place: the positives are gathered (copied) out of each row before its masking
         for row, qid in enumerate(query_ids[start:stop]):
             rel = [pos_of[d] for d, g in qrels.get(qid, {}).items() if g > 0 and d in pos_of]
@@ -141,9 +144,39 @@ def pooled_auc_pools(
     return AUCPools(cat(pos), cat(neg), cat(pos_q).astype(int), cat(neg_q).astype(int))
 
 
+def _refuse_non_finite(
+    values: Tensor, role: str, ids: Sequence[str], *, offset: int = 0, scores: bool = False
+) -> None:
+    """ValueError naming the first row of ``values`` (the embeddings of queries or documents, or a chunk of queries'
+    scores) that holds NaN or inf, by index and id, and how many rows do. Read on, a NaN compares false with
+    everything: the pools would look empty ("no negatives") or rank it arbitrarily."""
+    finite = torch.isfinite(values.detach()).reshape(len(values), -1).all(dim=1)
+    if bool(finite.all()):
+        return
+    bad = (~finite).nonzero().flatten()
+    first = int(bad[0])
+    label = f"{role} at index {offset + first} (id {ids[first]!r})"
+    if scores:
+        raise ValueError(
+            f"pooled AUC: the scores of the {label} against the corpus hold NaN or inf ({len(bad)} of {len(values)} "
+            "queries in this chunk do, with finite embeddings): the similarity overflows; check the similarity and "
+            "the size of the embeddings"
+        )
+    raise ValueError(
+        f"pooled AUC: the {role} embedding at index {offset + first} (id {ids[first]!r}) holds NaN or inf "
+        f"({len(bad)} of {len(values)} {role}s do): check the model (a collapsed or diverged model) or leave the "
+        "text out"
+    )
+
+
 def pooled_auc_score(positives: np.ndarray, negatives: np.ndarray) -> float:
-    """Mann–Whitney AUC of positives vs negatives (ties ½); equals ``sklearn.metrics.roc_auc_score``."""
+    """Mann–Whitney AUC of positives vs negatives (ties ½); equals ``sklearn.metrics.roc_auc_score``. Scores must be
+    finite (NaN compares false with everything: its AUC would be meaningless)."""
     positives, negatives = np.asarray(positives, dtype=np.float64), np.asarray(negatives, dtype=np.float64)
+    for kind, scores in (("positive", positives), ("negative", negatives)):
+        bad = int((~np.isfinite(scores)).sum())
+        if bad:
+            raise ValueError(f"AUC: {bad} of {len(scores)} {kind} scores are NaN or inf; every score must be finite.")
     n_p, n_n = len(positives), len(negatives)
     if n_p == 0 or n_n == 0:
         raise ValueError(f"AUC needs at least one positive and one negative score, got {n_p} and {n_n}.")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,6 +35,7 @@ from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
 from st_magnitude._trust.paths import check_model_folder
+from st_magnitude._trust.stages import held_stage
 from st_magnitude._warnings import MagnitudeCollapseWarning
 from st_magnitude.model._layout import (
     NORMALISATIONS,
@@ -46,7 +46,7 @@ from st_magnitude.model._layout import (
     read_layout,
     write_layout,
 )
-from st_magnitude.model._strip_plan import apply_strip_plan, plan_strip
+from st_magnitude.model._strip_plan import StripPlan, apply_strip_plan, plan_strip
 from st_magnitude.model._swap import AtomicSwapUnavailable, exchange
 from st_magnitude.model.card import update_model_card
 from st_magnitude.model.info import TRAINING_SIMILARITY_ATTR
@@ -388,8 +388,15 @@ def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str
     if dst is not None and dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise FileExistsError(f"output_path {dst} exists and is not empty")
     target = (dst if dst is not None else src).absolute()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.strip-", dir=target.parent))
+    with held_stage(target, infix="strip-", run="strip") as stage:  # a killed strip's stage: removed here
+        _strip_into(src, dst, stage, plan, similarity_fn_name)
+    _warn_inner(plan.inner, "strip_normalize")
+    _warn_strip(plan.removed, warn)
+    return target if dst is None else dst
+
+
+def _strip_into(src: Path, dst: Path | None, stage: Path, plan: StripPlan, similarity_fn_name: str) -> None:
+    """Build the stripped copy in ``stage`` and put it in place: exchanged with ``src``, or renamed to ``dst``."""
     try:
         # in place: hard links are safe (the original folder is discarded); a copy elsewhere gets its own files
         shutil.copytree(src, stage, dirs_exist_ok=True, copy_function=_link_or_copy if dst is None else shutil.copy2)
@@ -411,9 +418,6 @@ def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    _warn_inner(plan.inner, "strip_normalize")
-    _warn_strip(plan.removed, warn)
-    return target if dst is None else dst
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from torch import nn
 
 from st_magnitude._trust import InputFileError, file_digests, write_json_atomic
 from st_magnitude._trust.outputs import output_path
+from st_magnitude._trust.stages import held_stage
 from st_magnitude.model.seq_length import check_model_max_seq_length
 from st_magnitude.serving._encode import check_finite
 from st_magnitude.serving.metric import import_stack
@@ -201,53 +201,15 @@ def _staged(target: Path) -> Iterator[Path]:
 
     The export holds a ``flock`` on its staging folder while it runs, so the kernel lets go of it however the export
     ends (SIGKILL included): a staging folder of ``target`` that nobody holds was left by a killed export, and is
-    removed here (:func:`_remove_stale_stages`)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_stages(target)
-    stage = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"))
-    held = _hold(stage)
-    try:
-        yield stage
-        _new_or_empty(target)  # nothing appeared there while exporting
-        os.replace(stage, target)  # onto a missing or empty folder: one rename
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    finally:
-        if held is not None:
-            os.close(held)
-
-
-def _hold(folder: Path) -> int | None:
-    """A descriptor of ``folder`` holding its ``flock`` (None where the platform has no ``fcntl``)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: stale stages are named, not removed
-        return None
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return fd
-
-
-def _remove_stale_stages(target: Path) -> None:
-    """Remove the staging folders of ``target`` (``.NAME.XXXXXXXX.partial``, real folders, not symlinks) that no
-    running export holds; name them where the platform cannot tell."""
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.partial")
-    with os.scandir(target.parent) as entries:
-        stages = [Path(e.path) for e in entries if pattern.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
-    for stage in stages:
+    removed here (:func:`~st_magnitude._trust.stages.held_stage`, the rule convert and strip follow too)."""
+    with held_stage(target, suffix=".partial", run="export") as stage:
         try:
-            fd = _hold(stage)
-        except OSError:  # held by a running export (or gone meanwhile)
-            continue
-        if fd is None:  # pragma: no cover
-            logger.warning("export_onnx: %s may be left by a killed export; remove it when no export runs", stage)
-            continue
-        try:
-            shutil.rmtree(stage)
-            logger.warning("export_onnx: removed %s, left by an export that was killed", stage)
-        finally:
-            os.close(fd)
+            yield stage
+            _new_or_empty(target)  # nothing appeared there while exporting
+            os.replace(stage, target)  # onto a missing or empty folder: one rename
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
 
 
 def _trace(model: Any, role: str, path: Path, opset: int) -> list[str]:

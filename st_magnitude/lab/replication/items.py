@@ -17,6 +17,7 @@ from typing import Any
 from st_magnitude._trust.errors import InputFileError
 from st_magnitude._trust.gzip_json import read_json_gz, write_json_gz_atomic
 from st_magnitude.lab.replication.common import pooled_auc_statistic
+from st_magnitude.lab.replication.item_values import check_item_values
 
 __all__ = [
     "FORMAT",
@@ -76,7 +77,7 @@ def write_items(record: dict[str, Any], summary_path: str | os.PathLike) -> Path
 
 def read_items(path: str | os.PathLike) -> dict[str, Any]:
     """A per-item values file, checked at the boundary (:func:`~st_magnitude._trust.gzip_json.read_json_gz`) and for
-    its format and seeds."""
+    its format, its seeds and every value (:func:`~st_magnitude.lab.replication.item_values.check_item_values`)."""
     doc = read_json_gz(path)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputFileError(path, f"is not a per-item values file (format must be {FORMAT!r})")
@@ -84,6 +85,10 @@ def read_items(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(seeds, list) or not all(isinstance(s, dict) and isinstance(s.get("seed"), int) for s in seeds):
         raise InputFileError(path, "'seeds' must be a list of objects with an integer 'seed'")
     for seed in seeds:
+        try:
+            check_item_values({k: v for k, v in seed.items() if k != "seed"})
+        except ValueError as exc:
+            raise InputFileError(path, f"seed {seed['seed']}.{exc}") from None
         for where, pools in _pools_in(seed, ""):
             try:
                 pooled_auc_statistic(pools)

@@ -14,6 +14,7 @@ from st_magnitude.lab.replication.claim import PROFILES
 from st_magnitude.lab.replication.claims import list_claims
 from st_magnitude.lab.replication.forest import judged_comparisons, write_forest
 from st_magnitude.lab.replication.items import items_path
+from st_magnitude.lab.replication.markdown import md_code, md_text
 from st_magnitude.lab.replication.run_file import read_run
 
 __all__ = ["COVERAGE_FILE", "FOREST_PATH", "NOT_RUN_FILE", "recorded_costs", "render_report", "write_report"]
@@ -73,9 +74,11 @@ replacing one made under other settings, device or torch is named in a warning).
 per-item values it writes `<summary>.items.json.gz`: those values per seed and arm, so anyone can recompute every
 interval (`st_magnitude.lab.replication.items.recompute(summary_path)`;
 `tests/lab/replication/test_items.py` does it for every committed result: each has its file). `st-magnitude replicate
---redecide` on a summary without that file judges its stored comparisons again under the current rule (statements,
-margins, Holm); the intervals stay the run's. Costs are the recorded ones: CPU-seconds of the run's process and its
-children (`resource.getrusage`), wall time, and the load average at start → end (in each result's section).
+--redecide SUMMARY` puts that file's values back and recomputes every interval; a summary without it is never
+rewritten in place: with `--results DIR` (another folder) its stored comparisons are judged again there under the
+current rule (statements, margins, Holm), the intervals staying the run's. Costs are the recorded ones: CPU-seconds
+of the run's process and its children (`resource.getrusage`), wall time, and the load average at start → end (in
+each result's section).
 
 A killed run continues where it stopped when the same command is run again. Each seed seeds its own random number
 generators, so seeds can also run as separate processes at once (`--first-seed K --seeds 1`, one process per seed on
@@ -131,7 +134,7 @@ def _items_file(rec: dict[str, Any]) -> str | None:
 
 
 def _label(profile: str, rec: dict[str, Any] | None) -> str:
-    return f"{profile} ({rec['tag']})" if rec is not None and rec.get("tag") else profile
+    return f"{profile} ({md_text(rec['tag'])})" if rec is not None and rec.get("tag") else profile
 
 
 def _fmt_seconds(s: float | None) -> str:
@@ -176,6 +179,8 @@ def _machine(m: dict[str, Any], bf16: bool | None = None) -> str:
 
 
 def _cell(text: str) -> str:
+    """Text of the claim's own code (its Markdown kept) for a table cell or one line; text read from a result file
+    goes through :func:`~st_magnitude.lab.replication.markdown.md_text` instead."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -190,7 +195,7 @@ def _not_run_reasons(results_dir: Path) -> dict[str, str]:
 def _not_run(claim, profile: str, reasons: dict[str, str] | None = None) -> str:
     reason = (reasons or {}).get(f"{claim.id}/{profile}")
     if reason:
-        return f"not run ({reason})"
+        return f"not run ({md_text(reason)})"
     if profile == "gpu":
         return "not run (no GPU was available in the session that produced these results)"
     return "not run (no result file yet)"
@@ -371,8 +376,8 @@ def _verdict_cell(rec: dict[str, Any]) -> str:
     """The verdict, or one short line per judged statement ("name: **verdict**") when they differ."""
     statements = rec["decision"].get("statements") or []
     if len(statements) < 2 or len({st["verdict"] for st in statements}) == 1:
-        return f"**{rec['verdict']}**"
-    return "<br>".join(f"{st['name']}: **{st['verdict']}**" for st in statements)
+        return f"**{md_text(rec['verdict'])}**"
+    return "<br>".join(f"{md_text(st['name'])}: **{md_text(st['verdict'])}**" for st in statements)
 
 
 def _summary_row(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str]) -> str:
@@ -388,8 +393,11 @@ def _summary_row(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str,
 def _can(c, profile: str, rec: dict[str, Any] | None) -> str:
     """The claim's one line on what a run of this profile can establish (the claim's current text, else the
     record's)."""
-    text = getattr(c, "can_establish", {}).get(profile, "") or (rec or {}).get("can_establish")
-    return _cell(text) if text else "—"
+    text = getattr(c, "can_establish", {}).get(profile, "")
+    if text:
+        return _cell(text)
+    recorded = (rec or {}).get("can_establish")
+    return md_text(recorded) if recorded else "—"
 
 
 def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str]) -> list[str]:
@@ -400,50 +408,53 @@ def _section(c, profile: str, rec: dict[str, Any] | None, reasons: dict[str, str
     if rec is None or rec.get("status") != "finished":
         return [*lines, f"Result: {_not_run(c, profile, reasons)}.", ""]
     cost = _cost(rec)
-    lines += [f"Result: **{rec['verdict']}** — {_cell(rec['decision'].get('ours', ''))}", ""]
+    lines += [f"Result: **{md_text(rec['verdict'])}** — {md_text(rec['decision'].get('ours', ''))}", ""]
     for st in rec["decision"].get("statements", []):
-        ungated = f" (the rule alone: {st['ungated_verdict']})" if st.get("ungated_verdict") else ""
+        ungated = f" (the rule alone: {md_text(st['ungated_verdict'])})" if st.get("ungated_verdict") else ""
         lines.append(
-            f"- **{_cell(st['name'])}**: **{st['verdict']}**{ungated} — tests: {_cell(st['tests'])}; multiple parts: "
-            f"{_cell(st['multiplicity'])}"
+            f"- **{md_text(st['name'])}**: **{md_text(st['verdict'])}**{ungated} — tests: {md_text(st['tests'])}; "
+            f"multiple parts: {md_text(st['multiplicity'])}"
         )
     if rec["decision"].get("statements"):
         lines.append("")
     lines += [
-        f"- command: `{rec['command']}`",
-        f"- machine: {_machine(rec['machine'], bool(rec.get('bf16')))}; started {rec.get('started_utc')}",
+        f"- command: {md_code(rec['command'])}",
+        f"- machine: {md_text(_machine(rec['machine'], bool(rec.get('bf16'))))}; started "
+        f"{md_text(rec.get('started_utc'))}",
         f"- recorded cost for {len(rec['seeds'])} seeds: {cost['cpu']}, {cost['wall']} wall, load average (1-min) "
         f"{cost['load']}",
-        "- settings: " + ", ".join(f"{k}={v}" for k, v in rec["settings"].items()),
+        "- settings: " + ", ".join(f"{md_text(k)}={md_text(v)}" for k, v in rec["settings"].items()),
     ]
     if rec.get("merged_from"):
         parts = rec["merged_from"]
         lines.append(
             f"- run as {len(parts)} parts at once or in turn (seeds "
-            + "; ".join(", ".join(map(str, m["seeds"])) for m in parts)
+            + "; ".join(", ".join(map(md_text, m["seeds"])) for m in parts)
             + "), merged with `st-magnitude replicate --merge`: the cost is the parts' CPU-s summed, the wall time "
             "the time during which at least one part ran"
         )
     if rec.get("verdict_rule_when_run"):
         lines.append(
             "- decided by the rule above, revised after this run was made; the run was made under: "
-            + rec["verdict_rule_when_run"]
+            + md_text(rec["verdict_rule_when_run"])
         )
     changed = _changed_settings(c, profile, rec)
     if changed:
         lines.append(
             "- **the protocol has changed since this run** ("
-            + "; ".join(f"{k}: now {now}, this run {was}" for k, now, was in changed)
+            + "; ".join(f"{md_text(k)}: now {md_text(now)}, this run {md_text(was)}" for k, now, was in changed)
             + "): the differences above are the current protocol's; the run needs repeating"
         )
     if rec["decision"].get("judged_from"):
-        lines.append(f"- judged again on {rec.get('redecided_utc')} from {rec['decision']['judged_from']}")
+        lines.append(
+            f"- judged again on {md_text(rec.get('redecided_utc'))} from {md_text(rec['decision']['judged_from'])}"
+        )
     items = _items_file(rec)
     if items:
         lines.append(f"- per-item values (per seed, arm and query/pair): `docs/replication/results/{items}`")
     if rec.get("redecided_utc") and not rec["decision"].get("judged_from"):
         lines.append(
-            f"- comparisons and verdict recomputed from the stored per-item scores on {rec['redecided_utc']} "
+            f"- comparisons and verdict recomputed from the stored per-item scores on {md_text(rec['redecided_utc'])} "
             "(`st-magnitude replicate --redecide FULL_JSON`, no retraining)"
         )
     lines.append("")
@@ -461,19 +472,22 @@ def _comparisons(rec: dict[str, Any]) -> list[str]:
         seen.add(key)
         if "comparison" in part:
             holm = " (contradicts at 0.025 alone, not after Holm)" if part.get("holm") else ""
-            rows.append((part["comparison"], f"judged → {part['verdict']}{holm}"))
+            rows.append((part["comparison"], f"judged → {md_text(part['verdict'])}{holm}"))
         else:  # a judged part that is not an interval (e.g. a detector's flag count)
             notes.append(
-                f"- judged → {part['verdict']}: {_cell(part.get('claim', ''))} ({_cell(part.get('reason', ''))})"
+                f"- judged → {md_text(part['verdict'])}: {md_text(part.get('claim', ''))} "
+                f"({md_text(part.get('reason', ''))})"
             )
     for g in d.get("gates", []):
-        notes.append(f"- gate {'passed' if g['passed'] else 'FAILED'}: {_cell(g['gate'])} ({_cell(g['reason'])})")
+        notes.append(f"- gate {'passed' if g['passed'] else 'FAILED'}: {md_text(g['gate'])} ({md_text(g['reason'])})")
     if d.get("gate_note"):
-        notes.append(f"- {_cell(d['gate_note'])}; the rule alone would say: {d.get('ungated_verdict', '—')}")
+        notes.append(
+            f"- {md_text(d['gate_note'])}; the rule alone would say: {md_text(d.get('ungated_verdict', '—'))}"
+        )
     if d.get("note"):
-        notes.append(f"- note: {_cell(d['note'])}")
+        notes.append(f"- note: {md_text(d['note'])}")
     if "fit" in d:
-        notes.append(f"- fit: {_cell(d['fit']['formula'])}, R² {d['fit']['r2']:.3f}")
+        notes.append(f"- fit: {md_text(d['fit']['formula'])}, R² {d['fit']['r2']:.3f}")
     judged = {(r[0]["metric"], r[0]["arm_a"], r[0]["arm_b"]) for r in rows}
     for c in list(d.get("comparisons", {}).values()) + list(d.get("informational", [])):
         if (c["metric"], c["arm_a"], c["arm_b"]) not in judged:
@@ -489,7 +503,7 @@ def _comparisons(rec: dict[str, Any]) -> list[str]:
     for c, role in rows:
         per_seed = ", ".join(f"{x:+.4f}" for x in c["per_seed_diff"])
         out.append(
-            f"| {_cell(c['metric'])}: {c['arm_a']} − {c['arm_b']} | {c['diff']:+.4f} | "
+            f"| {md_text(c['metric'])}: {md_text(c['arm_a'])} − {md_text(c['arm_b'])} | {c['diff']:+.4f} | "
             f"[{c['ci']['low']:+.4f}, {c['ci']['high']:+.4f}] | {per_seed} | {_shares(c.get('components'))} | "
             f"{'yes' if c['significant'] else 'no'} | {role} |"
         )

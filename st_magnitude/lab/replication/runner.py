@@ -46,7 +46,7 @@ from st_magnitude.lab.engine.seeds import resolve_device, set_seed
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.claims import get_claim
 from st_magnitude.lab.replication.common import Context
-from st_magnitude.lab.replication.items import PER_ITEM_KEYS, write_items
+from st_magnitude.lab.replication.items import PER_ITEM_KEYS, items_path, read_items, with_items, write_items
 from st_magnitude.lab.replication.overrides import apply_overrides
 from st_magnitude.lab.replication.resume import find_resumable, run_differences
 from st_magnitude.lab.replication.run_file import RULE_INPUT_ERRORS, read_run, refuse_unreadable_decision
@@ -385,12 +385,22 @@ def judge_again(record: dict[str, Any]) -> None:
 
 def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None = None) -> dict[str, Any]:
     """Recompute the comparisons and the verdict of a finished run from its stored per-item scores (no training):
-    for a fix in the statistics, or after a run whose ``decide`` failed. The verdict rule is the claim's own."""
+    for a fix in the statistics, or after a run whose ``decide`` failed. The verdict rule is the claim's own.
+
+    A summary is decided from the per-item values beside it (:func:`~st_magnitude.lab.replication.items.items_path`)
+    and written again as a summary; a summary without them is never rewritten in place: it is judged again from its
+    stored comparisons (:func:`judge_again`) only into ``results``, another file. ``record["written"]`` lists the
+    files written."""
     path = Path(full_result)
     record = read_run(path, seeds_required=True)  # names, types, known keys only
     check_output_file(path, "the full result")  # rewritten in place: a read-only file is found before deciding
     if results is not None:
         check_output_dir(results, "--results")
+    name = run_name(record["claim"], record["profile"], record.get("tag"))
+    target = None if results is None else Path(results) / f"{name}.json"
+    is_summary = not has_items(record)
+    if is_summary:
+        record = _with_evidence(path, record, target)
     try:
         decide_again(record)
     except InputFileError:
@@ -398,12 +408,40 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     except RULE_INPUT_ERRORS as exc:  # seed records the claim's rule cannot read
         raise refuse_unreadable_decision([path], record["claim"], exc) from exc
     record["redecided_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    write_json_atomic(path, record, indent=1)
-    if has_items(record):  # a summary judged again keeps naming the full result it came from
+    written = []
+    if not is_summary:
+        write_json_atomic(path, record, indent=1)
         record["full_result"] = str(path)
-    if results is not None:
-        name = run_name(record["claim"], record["profile"], record.get("tag"))
-        record["summary_result"] = str(Path(results) / f"{name}.json")
-        write_json_atomic(Path(results) / f"{name}.json", summary(record), indent=1)
-        write_items(record, Path(results) / f"{name}.json")
+        written.append(path)
+    elif has_items(record):  # its values put back: written again as a summary, beside the same values
+        write_json_atomic(path, summary(record), indent=1)
+        write_items(record, path)
+        written.append(path)
+    if target is not None:
+        record["summary_result"] = str(target)
+        write_json_atomic(target, summary(record), indent=1)
+        write_items(record, target)
+        written.append(target)
+    record["written"] = [str(p) for p in dict.fromkeys(written)]
+    return record
+
+
+def _with_evidence(path: Path, record: dict[str, Any], target: Path | None) -> dict[str, Any]:
+    """The summary ``record`` read from ``path`` with the per-item values beside it put back; without them, the
+    summary itself when it is written to ``target`` (another file), else one :class:`InputFileError`."""
+    beside = items_path(path)
+    if beside.is_file():
+        try:
+            return with_items(record, read_items(beside))
+        except InputFileError:
+            raise
+        except ValueError as exc:
+            raise InputFileError(beside, f"does not belong to {path.name}: {exc}") from None
+    if target is None or target.resolve() == path.resolve():
+        raise InputFileError(
+            path,
+            f"holds no per-item values ({', '.join(PER_ITEM_KEYS)}) and no {beside.name} lies beside it, so its "
+            "decision is not rewritten in place; pass the full result (from --output), or --results DIR (another "
+            "folder) to write it judged again from its stored comparisons there",
+        )
     return record

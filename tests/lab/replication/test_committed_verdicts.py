@@ -1,5 +1,6 @@
 """Every committed replication verdict re-derives unchanged: ``st-magnitude replicate --redecide`` of each committed
-summary, made now by the current code, gives the verdict and the statements' verdicts the page shows.
+summary (a copy without its per-item values, judged again into ``--results``), made now by the current code, gives
+the verdict and the statements' verdicts the page shows.
 
 A summary holds no per-item values, so re-deciding it judges its stored comparisons again by the claim's current rule
 (:func:`st_magnitude.lab.replication.runner.judge_again`); a change to a rule, a gate or the multiplicity correction
@@ -28,9 +29,9 @@ def _verdicts(record: dict) -> tuple[str, list[tuple[str, str]]]:
 @pytest.mark.parametrize("path", SUMMARIES, ids=lambda p: p.name)
 def test_redecide_gives_the_committed_verdict(path, tmp_path, capsys):
     copy = tmp_path / path.name
-    shutil.copy(path, copy)
-    assert main(["replicate", "--redecide", str(copy)]) == 0
-    before, after = json.loads(path.read_text()), json.loads(copy.read_text())
+    shutil.copy(path, copy)  # without its per-item values: judged again into --results, not in place
+    assert main(["replicate", "--redecide", str(copy), "--results", str(tmp_path / "again")]) == 0
+    before, after = json.loads(path.read_text()), json.loads((tmp_path / "again" / path.name).read_text())
     assert _verdicts(after) == _verdicts(before)
     assert after["redecided_utc"]  # it was decided again, not copied
 
@@ -45,8 +46,8 @@ def test_the_check_sees_a_flipped_verdict(tmp_path):
     record["verdict"] = record["decision"]["verdict"] = "contradicts"
     copy = tmp_path / path.name
     copy.write_text(json.dumps(record))
-    assert main(["replicate", "--redecide", str(copy)]) == 0
-    assert json.loads(copy.read_text())["verdict"] == "reproduces"
+    assert main(["replicate", "--redecide", str(copy), "--results", str(tmp_path / "again")]) == 0
+    assert json.loads((tmp_path / "again" / path.name).read_text())["verdict"] == "reproduces"
 
 
 def test_the_evidence_page_shows_the_generated_summary_table():
