@@ -356,18 +356,26 @@ def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_sc
 
 
 def grid_pair_sum(
-    positives: Tensor, block: Tensor, own_columns: Tensor, inv_tau: float, plan: GridPlan | None = None
+    positives: Tensor,
+    block: Tensor,
+    own_columns: Tensor,
+    inv_tau: float,
+    plan: GridPlan | None = None,
+    defer_positive_grad: bool = False,
 ) -> Tensor:
     """Σ over every positive ``p_i`` and every entry ``n`` of ``block`` (``[rows, M]``) except row r's own positive
     (column ``own_columns[r]``) of ``softplus((n − p_i)·inv_tau)``: the pair sum of
     :func:`~st_magnitude.losses.mw.pairwise_softplus_sum` on the block with −∞ on the own positives, in O(N + B·G).
 
-    Without ``plan``, one is made for this block (one host read: its score range) and the positives' gradient
-    flows back as usual. A ``plan`` made by :func:`plan_for_range` for the range of several blocks (a cached step's
-    chunks) costs no read per block; the positives' gradient is then accumulated in it, and the caller
-    back-propagates :meth:`GridPlan.deferred_positive_grad` once, after the last block.
+    Without ``plan``, one is made for this block (one host read: its score range). A ``plan`` made by
+    :func:`plan_for_range` for the range of several blocks (a cached step's chunks) costs no read per block. The
+    positives' gradient flows back as usual, unless ``defer_positive_grad``: then each block's backward only
+    accumulates its moments in the plan, and the caller back-propagates :meth:`GridPlan.deferred_positive_grad`
+    once, after the last block (one B × G pass instead of one per block).
     """
-    deferred = plan is not None
+    deferred = defer_positive_grad
+    if deferred and plan is None:
+        raise ValueError("grid_pair_sum: defer_positive_grad needs a plan shared by the blocks (plan_for_range)")
     if plan is None:
         lo, hi = score_range(block)
         plan = plan_for_range(positives, inv_tau, lo, hi, block.numel(), block)

@@ -299,6 +299,7 @@ class MWLoss(FamilyLoss):
             ),
             factor=_normaliser(self.reduction, batch.queries.size(0), n_docs, batch.world),
             plan=None,
+            defer=detach_shared,  # the cached backward: the positives' grid share goes back once, in finish_batch
         )
         if stage == "grid" and rows_per_chunk < batch.size:
             batch.extra["plan"] = self._step_plan(batch, positives, rows_per_chunk)
@@ -337,7 +338,8 @@ class MWLoss(FamilyLoss):
         if scale is not None:
             positives = positives * scale
         if batch.extra["stage"] == "grid":
-            pairs = grid_pair_sum(positives, self._block(batch, local, scale), local, inv_tau, batch.extra["plan"])
+            block = self._block(batch, local, scale)
+            pairs = grid_pair_sum(positives, block, local, inv_tau, batch.extra["plan"], batch.extra["defer"])
         else:
             negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local, scale)
             pairs = pairwise_softplus_sum(positives, negatives, 1.0 / inv_tau, batch.extra["pair_chunk"])
@@ -347,7 +349,7 @@ class MWLoss(FamilyLoss):
         """Back-propagate the positives' gradient, accumulated over the chunks, once (with the grid's share, which
         its chunks leave in the plan; through the learnable 1/τ too)."""
         held, positives, plan = batch.extra["positives_input"], batch.extra["positives"], batch.extra["plan"]
-        if held is positives:
+        if not batch.extra["defer"]:
             return
         roots, grads = [], []
         if held.grad is not None:

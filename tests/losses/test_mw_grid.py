@@ -284,6 +284,21 @@ def test_cached_mw_on_the_grid_equals_the_plain_pairwise_loss(tiny_model_raw, si
     _assert_same(cached, pairwise)
 
 
+def test_a_shared_plan_without_deferral_back_propagates_every_block_itself():
+    """Blocks sharing one grid (a cached step's, outside its chunked backward) still give each block's positives
+    their gradient: the sum over blocks equals the whole block's."""
+    pos, block, own = scores("random", 24, 1, seed=8)
+    want = reference(pos, block, own, 100.0)
+    lo, hi = grid.score_range(block)
+    plan = grid.plan_for_range(pos, 100.0, lo, hi, block.numel(), block)
+    p, b = pos.clone().requires_grad_(), block.clone().requires_grad_()
+    total = sum(grid.grid_pair_sum(p, b[s : s + 5], own[s : s + 5], 100.0, plan) for s in range(0, 24, 5))
+    total.backward()
+    assert_exact((total.detach(), p.grad, b.grad), want)
+    with pytest.raises(ValueError, match="defer_positive_grad needs a plan"):
+        grid.grid_pair_sum(p, b, own, 100.0, None, defer_positive_grad=True)
+
+
 def test_config_names_the_pair_stage(tiny_model_raw):
     assert MWLoss(tiny_model_raw, pair_stage="grid").get_config_dict()["pair_stage"] == "grid"
     assert CachedMWLoss(tiny_model_raw).pair_stage == "auto"
