@@ -7,15 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from st_magnitude.evaluation.stats import (
-    bounds_of,
-    compare_arms,
-    holm,
-    judge,
-    one_sided_bounds,
-    statement,
-    verdict,
-)
+from st_magnitude.evaluation.stats import compare_arms, one_sided_bounds
+from st_magnitude.evaluation.verdicts import bounds_of, holm, judge, statement, verdict
 
 DF = 500.0
 

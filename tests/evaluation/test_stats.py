@@ -9,14 +9,13 @@ import pytest
 from scipy import stats as sps
 
 from st_magnitude.evaluation.stats import (
-    combine_verdicts,
     compare_arms,
     crossed_interval,
     paired_bootstrap,
     paired_bootstrap_fn,
     seed_interval,
-    verdict,
 )
+from st_magnitude.evaluation.verdicts import combine_verdicts, verdict
 
 
 def _paired(rng, n, delta, noise=0.3):

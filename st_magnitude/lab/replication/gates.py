@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from st_magnitude.evaluation import stats
+from st_magnitude.evaluation import verdicts
 from st_magnitude.evaluation.stats import ArmComparison
 
 __all__ = ["NOT_REACHED", "apply_gates", "beats_base", "converged", "judge_stored"]
@@ -103,4 +103,4 @@ def judge_stored(decision: dict[str, Any], name: str, tests: str) -> dict[str, A
     parts = [{k: v for k, v in p.items() if k not in ("holm",)} for p in decision.get("parts", [])]
     for p in parts:  # judged again from each part's own verdict at 0.025, not from an earlier adjustment
         p["verdict"] = p.pop("verdict_unadjusted", p["verdict"])
-    return stats.judge([stats.statement(name, tests, parts)])
+    return verdicts.judge([verdicts.statement(name, tests, parts)])

@@ -11,7 +11,7 @@ import pytest
 from conftest import WORDS, build_tiny_bert_dir, build_tiny_st
 from helpers.toy_beir import write_toy_beir
 
-from st_magnitude.evaluation.stats import VERDICTS
+from st_magnitude.evaluation.verdicts import VERDICTS
 from st_magnitude.lab.replication.claims import CLAIM_MODULES, get_claim, list_claims
 from st_magnitude.lab.replication.gates import NOT_REACHED
 from st_magnitude.lab.replication.report import render_report

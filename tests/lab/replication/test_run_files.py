@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from st_magnitude.cli import main
-from st_magnitude.evaluation import stats
+from st_magnitude.evaluation import stats, verdicts
 from st_magnitude.lab.replication import runner
 from st_magnitude.lab.replication.claim import Claim
 
@@ -37,8 +37,8 @@ def _run_seed(ctx):
 
 def _decide(seeds, settings):
     c = stats.compare_arms([s["per_query"]["a"] for s in seeds], [s["per_query"]["b"] for s in seeds], metric="m")
-    v = stats.verdict(c, expect="greater", threshold=0.05)
-    return {**stats.combine_verdicts([v]), "ours": c.describe()}
+    v = verdicts.verdict(c, expect="greater", threshold=0.05)
+    return {**verdicts.combine_verdicts([v]), "ours": c.describe()}
 
 
 STUB = Claim(

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from st_magnitude.evaluation import stats
+from st_magnitude.evaluation import stats, verdicts
 from st_magnitude.lab.replication import runner
 from st_magnitude.lab.replication.claim import Claim
 from st_magnitude.lab.replication.forest import judged_comparisons
@@ -26,8 +26,8 @@ def _run_seed(ctx):
 
 def _decide(seeds, settings):
     c = stats.compare_arms([s["per_item"]["a"] for s in seeds], [s["per_item"]["b"] for s in seeds], metric="m")
-    v = stats.verdict(c, expect="greater", threshold=0.05)
-    return {**stats.combine_verdicts([v]), "ours": c.describe()}
+    v = verdicts.verdict(c, expect="greater", threshold=0.05)
+    return {**verdicts.combine_verdicts([v]), "ours": c.describe()}
 
 
 STUB = Claim(

@@ -21,7 +21,7 @@ import warnings
 import torch
 
 from st_magnitude import model_similarity
-from st_magnitude.evaluation import DualSimilarityEvaluator, encode_roles, stats
+from st_magnitude.evaluation import DualSimilarityEvaluator, encode_roles, stats, verdicts
 from st_magnitude.evaluation.dual import MagnitudeCollapseDetected
 from st_magnitude.lab.engine.data import retrieval_pairs
 from st_magnitude.lab.engine.evaluation import evaluate_retrieval
@@ -120,8 +120,8 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     flags = [s["arms"]["dot-little"][DATASET]["metrics"]["dual_collapse_flag"] > 0 for s in seeds]
     flagged = sum(flags)
     collapse_parts = [
-        stats.verdict(c["cos_drop"], expect="less"),
-        stats.verdict(c["dot_gap"], expect="greater"),
+        verdicts.verdict(c["cos_drop"], expect="less"),
+        verdicts.verdict(c["dot_gap"], expect="greater"),
     ]
     collapsed = all(p["verdict"] == "reproduces" for p in collapse_parts)
     flag_part = {
@@ -130,7 +130,7 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         "reason": f"flagged in {flagged}/{len(seeds)} seeds"
         + ("" if collapsed else " (no measured collapse to flag)"),
     }
-    out = judge({"parts": [*collapse_parts, flag_part, stats.verdict(c["recover"], expect="greater")]}, settings)
+    out = judge({"parts": [*collapse_parts, flag_part, verdicts.verdict(c["recover"], expect="greater")]}, settings)
     apply_gates(out, [beats_base(c["more_vs_base"])])
     out["comparisons"] = {k: v.to_dict() for k, v in c.items()}
     out["arms"] = arm_summary(seeds, metrics=("ndcg@10", "ndcg@10_dot", "ndcg@10_cosine", "dual_collapse_flag"))

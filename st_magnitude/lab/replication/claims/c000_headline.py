@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from st_magnitude.evaluation import stats
+from st_magnitude.evaluation import verdicts
 from st_magnitude.lab.engine.data import retrieval_pairs
 from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.replication.claim import Claim
@@ -66,13 +66,13 @@ def judge(decision: dict, settings: dict) -> dict:
     pick = decision["kappa_pick"]
     tests = "the κ rule's one-sided pick beats cosine on SciFact nDCG@10 (out of domain)"
     if pick not in ("qnorm", "dnorm"):
-        out = stats.judge([stats.statement("the pick beats cosine", tests, [])])
+        out = verdicts.judge([verdicts.statement("the pick beats cosine", tests, [])])
         out["verdict"] = out["statements"][0]["verdict"] = NOT_REACHED
         out["untested"] = True
         out["note"] = f"κ picked {pick!r}, not qnorm/dnorm: no one-sided pick, so the claim was never tested"
         return out
-    part = stats.verdict(decision["comparisons"][f"{pick}-cosine/{OOD}"], expect="greater")
-    return stats.judge([stats.statement("the pick beats cosine", tests, [part])])
+    part = verdicts.verdict(decision["comparisons"][f"{pick}-cosine/{OOD}"], expect="greater")
+    return verdicts.judge([verdicts.statement("the pick beats cosine", tests, [part])])
 
 
 def decide(seeds: list[dict], settings: dict) -> dict:

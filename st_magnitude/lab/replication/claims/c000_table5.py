@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from st_magnitude import apply_similarity
-from st_magnitude.evaluation import stats
+from st_magnitude.evaluation import stats, verdicts
 from st_magnitude.lab.engine.data import load_sts
 from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.engine.seeds import set_seed
@@ -203,13 +203,13 @@ def judge(decision: dict, settings: dict) -> dict:
         return {"verdict": "inconclusive", "statements": [], "parts": [], "note": "no one-sided arm was run"}
 
     def parts(names):
-        return [stats.verdict(comps[a], expect="less", threshold=-margin) for a in names]
+        return [verdicts.verdict(comps[a], expect="less", threshold=-margin) for a in names]
 
     at_paper = [a for a in arms if a.split("@")[1] == PAPER_LAMBDA]
     statements = []
     if at_paper:
         statements.append(
-            stats.statement(
+            verdicts.statement(
                 "the paper's number",
                 f"at the paper's λ = {PAPER_LAMBDA}, Sent1Norm and Sent2Norm lose more than {margin:g} Spearman "
                 "against cosine",
@@ -217,14 +217,14 @@ def judge(decision: dict, settings: dict) -> dict:
             )
         )
     statements.append(
-        stats.statement(
+        verdicts.statement(
             "its mechanism",
             f"one-sided normalisation itself loses more than {margin:g} Spearman against cosine at every λ tried "
             f"({', '.join(sorted({a.split('@')[1] for a in arms}))}), so the loss is not a side effect of one λ",
             parts(arms),
         )
     )
-    return stats.judge(statements)
+    return verdicts.judge(statements)
 
 
 def decide(seeds: list[dict], settings: dict) -> dict:

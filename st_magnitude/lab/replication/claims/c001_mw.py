@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from st_magnitude import apply_similarity
-from st_magnitude.evaluation import encode_roles, stats
+from st_magnitude.evaluation import encode_roles, verdicts
 from st_magnitude.lab.engine.evaluation import evaluate_retrieval
 from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.replication.claim import Claim
@@ -142,8 +142,8 @@ def decide(seeds: list[dict], settings: dict) -> dict:
     out = judge(
         {
             "parts": [
-                stats.verdict(comparisons[f"auc/{judged}"], expect="greater", threshold=0.0),
-                stats.verdict(comparisons[f"ndcg/{judged}"], expect="greater", threshold=-margin),
+                verdicts.verdict(comparisons[f"auc/{judged}"], expect="greater", threshold=0.0),
+                verdicts.verdict(comparisons[f"ndcg/{judged}"], expect="greater", threshold=-margin),
             ]
         },
         settings,

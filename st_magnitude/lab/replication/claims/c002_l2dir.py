@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from st_magnitude.callbacks import LossStateCallback
-from st_magnitude.evaluation import stats
+from st_magnitude.evaluation import verdicts
 from st_magnitude.lab.engine.data import retrieval_pairs
 from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.replication.claim import Claim
@@ -83,22 +83,22 @@ def judge(decision: dict, settings: dict) -> dict:
     non-inferiority against InfoNCE given the same NAP head."""
     comps, margin, metric = decision["comparisons"], settings["margin"], settings["metric"]
     gain = comps[f"infonce-base/{metric}/{JUDGED}"]["diff"]
-    collapse = stats.verdict(
+    collapse = verdicts.verdict(
         comps[f"infotn-infonce/{metric}/{JUDGED}"], expect="less", threshold=-COLLAPSE_SHARE * gain
     )
     collapse["margin_from"] = f"−{COLLAPSE_SHARE:g} × InfoNCE − base ({gain:+.4f}), the point estimate"
-    return stats.judge(
+    return verdicts.judge(
         [
-            stats.statement(
+            verdicts.statement(
                 "the collapse",
                 f"InfoTN alone loses more than {COLLAPSE_SHARE:.0%} of InfoNCE's {metric} gain over the untrained "
                 "base (the paper's: InfoTN 3.3 vs InfoNCE 63.7)",
                 [collapse],
             ),
-            stats.statement(
+            verdicts.statement(
                 "L2Dir non-inferior",
                 f"L2Dir − (InfoNCE + InfoNCE on the NAP head) > −{margin:g} {metric}",
-                [stats.verdict(comps[f"l2dir-{CONTROL}/{metric}/{JUDGED}"], expect="greater", threshold=-margin)],
+                [verdicts.verdict(comps[f"l2dir-{CONTROL}/{metric}/{JUDGED}"], expect="greater", threshold=-margin)],
             ),
         ]
     )

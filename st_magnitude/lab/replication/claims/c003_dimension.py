@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from st_magnitude import apply_similarity
-from st_magnitude.evaluation import contrastive_entropy, encode_roles, stats
+from st_magnitude.evaluation import contrastive_entropy, encode_roles, stats, verdicts
 from st_magnitude.evaluation.entropy import sample_negatives
 from st_magnitude.lab.engine.data import retrieval_pairs
 from st_magnitude.lab.engine.models import base_model, describe_model
@@ -135,7 +135,7 @@ def judge(decision: dict, settings: dict) -> dict:
     dims = [int(d) for d in settings["dims"]]
     n_fit = int(settings["n_fit"])
     means = np.array([decision["per_dim"][str(d)]["estimate"] for d in dims])
-    fall_part = stats.verdict(decision["comparisons"]["fall"], expect="less")
+    fall_part = verdicts.verdict(decision["comparisons"]["fall"], expect="less")
     # held-out: the law fitted to the n_fit smallest D predicts the others; error relative to the measured fall
     pred = fit_dimension_law(dims[:n_fit], means[:n_fit]).predict(dims[n_fit:])
     size = float(means[0] - means[-1])
@@ -160,9 +160,9 @@ def judge(decision: dict, settings: dict) -> dict:
         f"{np.round(means[n_fit:], 4).tolist()}, predicted {np.round(pred, 4).tolist()} "
         f"(worst |error| {worst:.4f} = {rel:.0%} of the fall {size:.4f})",
     }
-    out = stats.judge(
+    out = verdicts.judge(
         [
-            stats.statement(
+            verdicts.statement(
                 "the law",
                 "CE falls from the smallest to the largest D, and a power law in D explains the fall better than a "
                 "hinge, a line in log D or a constant and predicts the held-out largest D",

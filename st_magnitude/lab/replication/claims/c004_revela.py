@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from st_magnitude.evaluation import stats
+from st_magnitude.evaluation import stats, verdicts
 from st_magnitude.lab.engine.models import base_model, describe_model
 from st_magnitude.lab.engine.seeds import set_seed
 from st_magnitude.lab.replication.claim import Claim
@@ -282,7 +282,9 @@ def decide(seeds: list[dict], settings: dict) -> dict:
         for ds in DATASETS
     }
     parts = [
-        stats.verdict(comparisons[f"revela-{b}/{ds}"], expect="greater") for b in ("raw", "random") for ds in DATASETS
+        verdicts.verdict(comparisons[f"revela-{b}/{ds}"], expect="greater")
+        for b in ("raw", "random")
+        for ds in DATASETS
     ]
     out = judge({"parts": parts}, settings)
     changes = {arm: [signal_change(s, arm) for s in seeds] for arm in trained}
