@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
 from st_magnitude._exact_sq_dist import exact_sq_dist
 from st_magnitude._similarity_names import (  # torch-free, for the CLI; re-exported here
     CARRIABLE_SIMILARITY_NAMES,
@@ -59,9 +60,7 @@ from st_magnitude._similarity_names import (  # torch-free, for the CLI; re-expo
 logger = logging.getLogger(__name__)
 
 DEFAULT_EPS = 1e-8
-#: sim_TN's near-aligned refinement gathers its pairs on the CPU (a ``nonzero``: free there) and recomputes every
-#: pair on an accelerator (no host read); False takes the accelerator's way on the CPU too
-REFINE_BY_GATHER_ON_CPU = True
+
 
 __all__ = [
     "SIMILARITY_NAMES",
@@ -346,13 +345,13 @@ class TNSimilarity(Similarity):
         nothing there: no device to wait for); on an accelerator every pair is recomputed in row chunks
         (:func:`~st_magnitude._exact_sq_dist.exact_sq_dist`) and the near-aligned ones are selected with
         ``torch.where``, so no shape depends on the data and nothing waits for the device (25× the CPU's cost at
-        B = 256 on a CPU thread, a fraction of a millisecond on a GPU). :data:`REFINE_BY_GATHER_ON_CPU` = False
-        takes the accelerator's way on the CPU (the host-read test does)."""
+        B = 256 on a CPU thread, a fraction of a millisecond on a GPU); :mod:`st_magnitude._cpu_shortcuts` switches
+        the CPU's way off."""
         if self.refine_ratio == 0.0 or a.dim() != 2 or b.dim() != 2 or sq_dist.numel() == 0:
             return sq_dist
         with torch.no_grad():
             near = sq_dist < self.refine_ratio * sq_sum
-        if not (REFINE_BY_GATHER_ON_CPU and sq_dist.device.type == "cpu"):
+        if not takes_cpu_shortcut(sq_dist):
             return torch.where(near, exact_sq_dist(a, b), sq_dist)
         rows, cols = torch.nonzero(near, as_tuple=True)
         if rows.numel() == 0:

@@ -24,7 +24,7 @@ APPLICATION = ("st_magnitude.cli", "st_magnitude.lab")
 #: below it, never one above. The package root (the lazy public façade) is left out: it imports nothing eagerly.
 LAYERS = (
     ("st_magnitude._lazy", "st_magnitude._warnings", "st_magnitude._similarity_names", "st_magnitude._trust",
-     "st_magnitude._peft"),
+     "st_magnitude._peft", "st_magnitude._cpu_shortcuts"),
     ("st_magnitude.similarity", "st_magnitude._exact_sq_dist"),
     ("st_magnitude.modules",),
     ("st_magnitude.model",),

@@ -309,9 +309,9 @@ def test_tn_matrix_form_has_no_cancellation_floor_for_near_aligned_pairs():
 def test_tn_matrix_form_equals_the_pairwise_form_on_near_aligned_pairs(monkeypatch, gather_on_cpu):
     """The matrix form's near-aligned pairs (here the diagonal) are the pairwise form's values and gradients: both
     from the difference a − b; the far pairs keep the law-of-cosines value."""
-    import st_magnitude.similarity as similarity
+    from st_magnitude import _cpu_shortcuts
 
-    monkeypatch.setattr(similarity, "REFINE_BY_GATHER_ON_CPU", gather_on_cpu)
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", gather_on_cpu)
     a, b = _near_aligned(noise=1e-3)
     a, b = a.float(), b[torch.arange(a.shape[0]).roll(1)].float()  # positives off the diagonal: b[i - 1] = pos
     sim = get_similarity("tn")

@@ -14,6 +14,8 @@ import torch.distributed as dist
 from sentence_transformers.util import all_gather_with_grad, get_rank, get_world_size
 from torch import Tensor, nn
 
+from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
+
 logger = logging.getLogger(__name__)
 
 
@@ -55,11 +57,6 @@ def check_columns(rows: list[int], loss_name: str) -> None:
 #: Set to 1 to stop at the first non-finite batch, with its rows, on an accelerator too.
 FINITE_CHECK_INTERVAL = 50
 
-#: On CPU the finiteness check reads its flag every call (reading a CPU tensor waits for nothing). Set False to
-#: check the CPU as an accelerator is checked (a flag read every :data:`FINITE_CHECK_INTERVAL` calls), as the test
-#: that counts host reads per step does.
-CPU_CHECKS_EVERY_CALL = True
-
 #: The duplicate-positive check (a ``torch.unique`` and a host sync) runs on the first calls, then every this many.
 #: ``DeviceCount`` reads its flag on the same first calls.
 DUPLICATE_CHECK_FIRST, DUPLICATE_CHECK_INTERVAL = 8, 64
@@ -75,7 +72,7 @@ def check_finite(
     without a host sync: :class:`FiniteCheck` accumulates a flag on the device and reads it every
     :data:`FINITE_CHECK_INTERVAL` calls; on CPU it still checks every call.
     """
-    deferred = columns and (columns[0].device.type != "cpu" or not CPU_CHECKS_EVERY_CALL)
+    deferred = columns and not takes_cpu_shortcut(columns[0])  # on the CPU reading the flag waits for nothing
     if owner is not None and deferred and FINITE_CHECK_INTERVAL > 1:
         checks = owner.__dict__.setdefault("_finite_checks", {})
         checks.setdefault(what, FiniteCheck())(columns, loss_name, what)

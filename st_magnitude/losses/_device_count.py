@@ -5,7 +5,7 @@ step. :class:`DeviceCount` adds each call's 0-d flag to a count kept on the flag
 calls where it pays: on the first :data:`~st_magnitude.losses._batch.DUPLICATE_CHECK_FIRST` calls (a misconfigured
 sampler or collator shows on the first batch, reported at that batch), then every
 :data:`~st_magnitude.losses._batch.FINITE_CHECK_INTERVAL` calls, as the finiteness check does. A flag on the CPU is
-read every call (nothing to wait for) unless :data:`~st_magnitude.losses._batch.CPU_CHECKS_EVERY_CALL` is False.
+read every call (nothing to wait for; :mod:`st_magnitude._cpu_shortcuts`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
 from st_magnitude.losses import _batch
 
 __all__ = ["DeviceCount"]
@@ -46,6 +47,6 @@ class DeviceCount:
         return 0 if self._pending is None else int(self._pending)
 
     def _reads_now(self, device: torch.device) -> bool:
-        if device.type == "cpu" and _batch.CPU_CHECKS_EVERY_CALL:
+        if takes_cpu_shortcut(device):
             return True
         return self._calls <= _batch.DUPLICATE_CHECK_FIRST or self._calls % _batch.FINITE_CHECK_INTERVAL == 0

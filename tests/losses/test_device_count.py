@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from st_magnitude import _cpu_shortcuts
 from st_magnitude.losses import _batch
 from st_magnitude.losses._device_count import DeviceCount
 
@@ -15,7 +16,7 @@ def test_a_cpu_flag_is_read_every_call_by_default():
 
 
 def test_an_accelerator_flag_is_read_on_the_first_calls_then_every_interval(monkeypatch):
-    monkeypatch.setattr(_batch, "CPU_CHECKS_EVERY_CALL", False)  # the CPU counted as an accelerator is
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)  # the CPU counted as an accelerator is
     monkeypatch.setattr(_batch, "DUPLICATE_CHECK_FIRST", 2)
     monkeypatch.setattr(_batch, "FINITE_CHECK_INTERVAL", 3)
     count = DeviceCount()

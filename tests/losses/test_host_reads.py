@@ -18,7 +18,7 @@ from conftest import TINY_TRANSFORMER
 from helpers.host_reads import counting_host_reads
 
 import st_magnitude.losses as L
-from st_magnitude import similarity
+from st_magnitude import _cpu_shortcuts
 from st_magnitude.losses import _batch
 from st_magnitude.losses._registry import loss_class_names
 
@@ -96,8 +96,7 @@ def _step(loss, features, labels) -> None:
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_a_steady_state_step_reads_no_more_than_the_loss_declares(tiny_model, name, monkeypatch):
-    monkeypatch.setattr(_batch, "CPU_CHECKS_EVERY_CALL", False)  # the accelerator's deferred finiteness check
-    monkeypatch.setattr(similarity, "REFINE_BY_GATHER_ON_CPU", False)  # and sim_TN's accelerator refinement
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)  # the accelerators' way: deferred checks, sim_TN, MW
     build, batch = BUILDERS[name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -125,7 +124,7 @@ def _steady_state_reads(loss, features, labels) -> list[str]:
 
 def test_revela_at_the_papers_temperature_reads_once_to_skip_zero_weight_pairs(tiny_model, monkeypatch):
     """At τ = 1e-4 Sim holds exact zeros: one ``nonzero`` per step finds the pairs the in-batch term computes."""
-    monkeypatch.setattr(_batch, "CPU_CHECKS_EVERY_CALL", False)
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)
     loss = L.RevelaLoss(tiny_model, _tiny_llama(), temperature=1e-4)
     sites = _steady_state_reads(loss, *_revela(tiny_model))
     assert loss.host_reads_per_step == 1

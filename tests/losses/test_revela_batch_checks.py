@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_revela_loss import TEXTS, build_tiny_llama, features_for, lm_batch
 
+from st_magnitude import _cpu_shortcuts
 from st_magnitude._warnings import ZeroRetrieverGradientWarning
 from st_magnitude.losses import _batch
 from st_magnitude.losses.revela import DECLARED_GROUP_LIMIT, ZERO_FREE_EXPONENT, RevelaLoss
@@ -20,7 +21,7 @@ from st_magnitude.modules import revela_attention
 @pytest.fixture
 def every_second_call(monkeypatch):
     """The CPU checked as an accelerator is, with no first calls and a flag read every second call."""
-    monkeypatch.setattr(_batch, "CPU_CHECKS_EVERY_CALL", False)
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)
     monkeypatch.setattr(_batch, "DUPLICATE_CHECK_FIRST", 0)
     monkeypatch.setattr(_batch, "FINITE_CHECK_INTERVAL", 2)
 
