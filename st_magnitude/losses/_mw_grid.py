@@ -45,6 +45,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
+
 __all__ = ["GridPlan", "LEVELS", "MAX_NODES", "grid_pair_sum", "make_plan", "plan_for_range", "score_range"]
 
 #: ``(α_max, D)``: grid spacing over τ at most α_max, Taylor degree D (truncation ≤ 1e-9, module docstring)
@@ -55,8 +57,6 @@ MAX_NODES = 2**14
 CPU_CHUNK = 2**18
 #: scores per pass on a GPU (bounds the pass's temporaries, a few bytes per score, whatever the batch)
 GPU_CHUNK = 2**24
-#: deposit with ``bincount`` on the CPU; False takes the accelerators' ``index_add_`` there too (the tests do)
-BINCOUNT_ON_CPU = True
 #: (positive, node) evaluations per block of the positives' tables
 TABLE_BLOCK = 2**16
 #: measured costs in ns on one CPU thread (``python benchmarks/bench_mw_pairs.py --levels``, B = 1,024 and 4,096):
@@ -85,11 +85,12 @@ def _spacing(inv_tau: float, alpha_max: float) -> float:
     return 2.0 ** math.floor(math.log2(alpha_max / inv_tau))
 
 
-def score_range(scores: Tensor) -> tuple[float, float]:
-    """``(min, max)`` of a score block, read on the host (the pair stage's one host read); refuses non-finite
-    scores, which would put a point at no node."""
-    lo, hi = torch.aminmax(scores.detach())
-    lo_f, hi_f = torch.stack([lo, hi]).tolist()
+def score_range(*scores: Tensor) -> tuple[float, float]:
+    """``(min, max)`` over score tensors (a block and its positives), read on the host in one read (the pair
+    stage's one host read); refuses non-finite scores, which would put a point at no node."""
+    ends = [end.to(torch.float64) for t in scores for end in torch.aminmax(t.detach())]
+    lo_f, hi_f = torch.stack(ends).aminmax()
+    lo_f, hi_f = torch.stack([lo_f, hi_f]).tolist()
     if not (math.isfinite(lo_f) and math.isfinite(hi_f)):
         raise ValueError(
             f"MW scores must be finite, got a score range [{lo_f}, {hi_f}]: an embedding or the temperature "
@@ -133,6 +134,7 @@ class GridPlan:
     moments: Tensor | None = None  # [nodes, D + 1] float64, accumulated (times the chunks' output gradients)
     windowed: bool = False  # the grid covers a window of the bulk; scores outside it are paired exactly
     wide: bool = False  # node numbers beyond float32's exact integers (2^22 here): locate scores in float64
+    deep_tail: bool = False  # some |z| passes 690: σ from its logarithm (see _sigmoid_blocks)
     exact_positive_grad: Tensor = field(init=False)  # [B] float64: the exactly paired scores' share, accumulated
     factorials: Tensor = field(init=False)
 
@@ -153,7 +155,10 @@ class GridPlan:
         for begin in range(0, scaled.numel(), step):
             rows = slice(begin, begin + step)
             z = (node_t.unsqueeze(0) - scaled[rows].unsqueeze(1)) * self.alpha  # [b, width]
-            yield rows, z, torch.sigmoid(z)
+            # torch.sigmoid flushes σ(z) to 0 below z ≈ −709, where softplus(z) still holds e^z: the Taylor terms
+            # beyond the first would be lost there; exp(log σ) keeps σ down to float64's subnormals (twice the cost)
+            s = torch.exp(torch.nn.functional.logsigmoid(z)) if self.deep_tail else torch.sigmoid(z)
+            yield rows, z, s
 
     def _tables(self, j_begin: int, j_end: int) -> tuple[Tensor, Tensor]:
         """``(Tl, Tg)`` of nodes ``j_begin:j_end``. softplus⁽q⁾ = P_q(σ) for q ≥ 1 (:func:`_softplus_polys`), so
@@ -220,7 +225,7 @@ def make_plan(positives: Tensor, inv_tau: float, span_z: float, n_scores: int) -
 def _deposit(table: Tensor, index: Tensor, weights: Tensor | None, nodes: int) -> None:
     """``table[index[k]] += weights[k]`` (float64): bincount on the CPU (sequential, deterministic), ``index_add_``
     elsewhere (deterministic under ``torch.use_deterministic_algorithms(True)``)."""
-    if table.device.type == "cpu" and BINCOUNT_ON_CPU:
+    if takes_cpu_shortcut(table):
         table += torch.bincount(index, weights, minlength=nodes)[:nodes]
     else:
         ones = torch.ones_like(index, dtype=torch.float64) if weights is None else weights
@@ -346,6 +351,7 @@ def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_sc
     nodes one past each end; when no level fits in :data:`MAX_NODES`, the coarsest one over a window of the bulk
     (quantiles of ``sample``, a block of the scores)."""
     plan = make_plan(positives, inv_tau, (hi - lo) * inv_tau, n_scores)
+    plan.deep_tail = (hi - lo) * inv_tau + 2 * plan.alpha > 690  # the positives lie in [lo, hi] too
     lo_node, hi_node = math.floor(lo / plan.h) - 1, math.ceil(hi / plan.h) + 1
     if hi_node - lo_node + 1 > MAX_NODES:
         lo_node, hi_node = _bulk_window(sample, plan)
@@ -377,7 +383,7 @@ def grid_pair_sum(
     if deferred and plan is None:
         raise ValueError("grid_pair_sum: defer_positive_grad needs a plan shared by the blocks (plan_for_range)")
     if plan is None:
-        lo, hi = score_range(block)
+        lo, hi = score_range(block, positives)
         plan = plan_for_range(positives, inv_tau, lo, hi, block.numel(), block)
     return _GridPairs.apply(positives, block, plan, own_columns, deferred)
 

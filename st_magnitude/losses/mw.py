@@ -326,8 +326,8 @@ class MWLoss(FamilyLoss):
                 block = self._block(batch, batch.local_rows(begin, min(begin + rows_per_chunk, batch.size)), scale)
                 first = block if first is None else first
                 ends.extend(torch.aminmax(block))
-            lo, hi = score_range(torch.stack(ends))
             scaled = positives.detach() if scale is None else positives.detach() * scale
+            lo, hi = score_range(torch.stack(ends), scaled)
             return plan_for_range(scaled, inv_tau, lo, hi, batch.size * batch.docs_all.size(0), first)
 
     def rows_loss(self, batch: GatheredBatch, begin: int, end: int) -> Tensor:
