@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import matplotlib.pyplot as plt
 import pytest
+from helpers.scripts import load_script
 
 from tests.doc_blocks import REPO
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("make_figures", REPO / "docs" / "figures" / "make_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/figures/make_figures.py")
 
 
 def test_similarity_family_figure_shows_the_scores_of_each_variant(tmp_path):

@@ -3,22 +3,19 @@ toy BEIR folder, and its docs section rendered from the JSON it writes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.scripts import load_script
 from helpers.toy_beir import write_toy_beir
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"gpu_bench_{name}", REPO / "benchmarks" / "gpu" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/gpu/{name}.py")
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,20 @@ takes the next missing seed of the claim first in line and merges it with the co
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import build_tiny_bert_dir, build_tiny_st
+from helpers.scripts import load_script
 from helpers.toy_beir import write_toy_beir
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _campaign():
-    spec = importlib.util.spec_from_file_location("gpu_campaign", REPO / "benchmarks" / "gpu" / "campaign.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu/campaign.py", register=True)  # its dataclass looks its module up there
 
 
 @pytest.fixture(scope="module")

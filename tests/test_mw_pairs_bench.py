@@ -3,17 +3,15 @@ is the rendering of the committed JSON (generated, not typed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+
+from helpers.scripts import load_script
 
 from tests.doc_blocks import REPO
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_mw_pairs", REPO / "benchmarks" / "bench_mw_pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_mw_pairs.py")
 
 
 def test_a_small_run_times_mw_cross_entropy_and_the_pairwise_stage(tmp_path):

@@ -3,19 +3,17 @@ JSON: editing a number by hand, or committing a new JSON without re-rendering, f
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
+
+from helpers.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "temperature" / "temperature_results.json"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("gpu_temperature", REPO / "benchmarks" / "gpu_temperature.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu_temperature.py")
 
 
 def test_the_results_section_is_the_rendered_committed_json(tmp_path):

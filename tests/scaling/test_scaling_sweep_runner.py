@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 import random
 from pathlib import Path
 
 import pytest
+from helpers.scripts import load_script
 
 from tests.conftest import WORDS, build_tiny_st
 
@@ -17,10 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_runner():
-    spec = importlib.util.spec_from_file_location("dim_sweep", ROOT / "examples" / "dim_sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/dim_sweep.py")
 
 
 def _write_beir(folder: Path, splits: tuple[str, ...], seed: int) -> None:

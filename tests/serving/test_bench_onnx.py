@@ -3,13 +3,13 @@ per thread count (speed in CPU time, vector error, top-10 overlap, nDCG@10), and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from conftest import build_tiny_st
 from helpers.onnx_marks import ONNX_MARKS
+from helpers.scripts import load_script
 
 from st_magnitude import apply_similarity
 
@@ -22,9 +22,7 @@ pytestmark = [
 
 
 def test_reduced_mode_measures_every_backend_against_torch(tiny_bert_dir, toy, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("bench_onnx", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_onnx.py")
     model_dir = tmp_path / "tiny"
     build_tiny_st(tiny_bert_dir).save(str(model_dir))
     out = tmp_path / "result.json"
@@ -52,9 +50,7 @@ def test_reduced_mode_measures_every_backend_against_torch(tiny_bert_dir, toy, t
 
 def test_openvino_backend_reads_the_plain_graphs_and_keeps_the_vectors(tiny_bert_dir, toy, tmp_path):
     pytest.importorskip("openvino", reason="the benchmark's openvino backend needs OpenVINO (not a dependency)")
-    spec = importlib.util.spec_from_file_location("bench_onnx", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_onnx.py")
     model_dir = tmp_path / "tiny"
     build_tiny_st(tiny_bert_dir).save(str(model_dir))
     argv = ["--reduced", "--model", str(model_dir), "--data", str(toy), "--max-seq-length", "32", "--threads", "1"]
@@ -66,9 +62,7 @@ def test_openvino_backend_reads_the_plain_graphs_and_keeps_the_vectors(tiny_bert
 
 
 def test_default_backends_leave_out_the_one_that_needs_an_extra_package():
-    spec = importlib.util.spec_from_file_location("bench_onnx", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_onnx.py")
     assert "openvino" not in bench.parse_args([]).backends
     with pytest.raises(SystemExit):
         bench.parse_args(["--backends", "tensorrt"])
@@ -77,9 +71,7 @@ def test_default_backends_leave_out_the_one_that_needs_an_extra_package():
 def test_the_deployment_pages_openvino_table_is_the_committed_results_table():
     """The page's OpenVINO table is ``format_table`` of the committed JSON, and the full-corpus speeds it quotes are
     that JSON's."""
-    spec = importlib.util.spec_from_file_location("bench_onnx", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_onnx.py")
     repo = BENCH.parents[1]
     result = json.loads((repo / "docs" / "results" / "bench_onnx_openvino.json").read_text(encoding="utf-8"))
     page = (repo / "docs" / "deployment.md").read_text(encoding="utf-8")
