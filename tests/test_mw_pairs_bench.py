@@ -26,7 +26,8 @@ def test_a_small_run_times_mw_cross_entropy_and_the_pairwise_stage(tmp_path):
     assert rows[8, 0]["mw_stage"] == "pairwise" and rows[96, 1]["mw_stage"] == "grid"
     assert "pairwise_cpu_s" in rows[8, 0] and "pairwise_cpu_s" not in rows[96, 0]  # beyond --pairwise-max
     for r in rows.values():
-        assert r["ce_cpu_s"] > 0 and r["mw_cpu_s"] > 0
+        assert r["ce_cpu_s"] > 0 and r["grid_cpu_s"] > 0
+        assert r["mw_cpu_s"] == r[f"{r['mw_stage']}_cpu_s"]  # the default's time is the stage it takes
         assert abs(r["mw_over_ce"] - r["mw_cpu_s"] / r["ce_cpu_s"]) < 1e-12
     assert result["threads"] == 1 and result["goals"] == {}  # the goals need B = 1,024 and 4,096
 

@@ -30,10 +30,10 @@ points lie, so it is evaluated on a grid instead, *exactly to float64 rounding p
    outside it are paired with every positive *exactly* (O(B) each). Positives need no window: their node tables are
    exact wherever they lie.
 
-Cost: two passes over the scores' chunks (``~9 ns`` per score on one CPU thread at the usual levels, in cache-sized
-chunks) plus ``2·B·G`` table evaluations, against cross-entropy's ``~17 ns`` per score once the score matrix leaves
-the cache (``benchmarks/bench_mw_pairs.py``). One host read per call: the score range (and, only in the windowed
-case, a sample's quantiles and the outliers' positions).
+Cost: one pass over the scores, in cache-sized chunks, with D+1 deposits and D+1 gathers per score, plus ``2·B·G``
+table evaluations; about cross-entropy's cost from B ≈ 2,048 on (``python benchmarks/bench_mw_pairs.py``, the table in
+docs/mw_loss.md; ``--levels`` times each level). One host read per call: the range of the scores and positives
+(and, only in the windowed case, a sample's quantiles and the outliers' positions).
 """
 
 from __future__ import annotations

@@ -53,10 +53,11 @@ MW_PAIR_STAGES = ("auto", "grid", "pairwise")
 DEFAULT_CHUNK_SIZE = 2**20
 #: smallest automatic pair chunk: below this the Python loop overhead dominates
 MIN_AUTO_CHUNK = 2**14
-#: on the CPU, ``"auto"`` sums every pair up to this many pairs (one chunk, in cache) and uses the grid above: the
-#: measured crossover on one thread lies between B = 64 (2.6e5 pairs: pairwise 0.8 ms, grid 1.1 ms) and B = 128
-#: (2.1e6 pairs: 9.3 ms vs 1.6 ms), ``python benchmarks/bench_mw_pairs.py``
-CPU_PAIRWISE_MAX_PAIRS = 2**19
+#: on the CPU, ``"auto"`` sums every pair up to this many pairs (one chunk, in cache) and uses the grid above: on one
+#: thread the pairwise sum is faster at B = 64 without hard negatives (2¹⁸ pairs: 1.3 ms vs the grid's 1.6 ms) and
+#: slower from B = 64 with one (2¹⁹ pairs: 1.8 vs 1.7 ms) on (``python benchmarks/bench_mw_pairs.py``, the table in
+#: docs/mw_loss.md)
+CPU_PAIRWISE_MAX_PAIRS = 2**18
 #: on a GPU the pairwise sum is one kernel per op over all pairs: ``"auto"`` keeps it up to this many pairs when
 #: they fit in half the free memory (about 16 bytes a pair); not measured on a GPU yet
 GPU_PAIRWISE_MAX_PAIRS = 2**27
