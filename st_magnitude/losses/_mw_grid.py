@@ -47,7 +47,16 @@ from torch import Tensor
 
 from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
 
-__all__ = ["GridPlan", "LEVELS", "MAX_NODES", "grid_pair_sum", "make_plan", "plan_for_range", "score_range"]
+__all__ = [
+    "GridPlan",
+    "LEVELS",
+    "MAX_NODES",
+    "grid_pair_sum",
+    "make_plan",
+    "pair_sums",
+    "plan_for_range",
+    "score_range",
+]
 
 #: ``(α_max, D)``: grid spacing over τ at most α_max, Taylor degree D (truncation ≤ 1e-9, module docstring)
 LEVELS: tuple[tuple[float, int], ...] = ((1 / 16, 4), (1 / 8, 5), (1 / 4, 6), (1 / 2, 8), (1.0, 11), (2.0, 17))
@@ -330,20 +339,32 @@ class _GridPairs(torch.autograd.Function):
         return grad_pos, grad_in, None, None, None
 
 
-def _exact_pairs(neg: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor, Tensor]:
-    """Scores outside the grid's window, paired with every positive exactly (float64)."""
-    pos = plan.positives
-    loss = torch.zeros((), dtype=torch.float64, device=pos.device)
-    g_neg = torch.empty(neg.numel(), dtype=torch.float64, device=pos.device)
-    g_pos = torch.zeros_like(pos)
-    step = max(1, TABLE_BLOCK // max(1, pos.numel()))
+def pair_sums(
+    pos: Tensor, neg: Tensor, inv_tau: float, chunk_pairs: int, needs_grad: bool = True
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Every pair, ``chunk_pairs`` at a time: ``(Σ_i Σ_k softplus((neg_k − pos_i)·inv_tau)`` as float64, its
+    gradients ``−inv_tau Σ_k σ(·)`` per positive and ``+inv_tau Σ_i σ(·)`` per negative``)``, in the inputs' dtype
+    (None without ``needs_grad``). The pairwise pair stage, and the grid's scores outside its window."""
+    step = max(1, chunk_pairs // max(pos.numel(), 1))
+    total = torch.zeros((), dtype=torch.float64, device=pos.device)
+    grad_pos = torch.zeros_like(pos) if needs_grad else None
+    grad_neg = torch.empty_like(neg) if needs_grad else None
+    pos_col = pos.unsqueeze(1)
     for begin in range(0, neg.numel(), step):
-        z = (neg[begin : begin + step].to(torch.float64).unsqueeze(1) - pos.unsqueeze(0)) * plan.inv_tau
-        loss += torch.nn.functional.softplus(z).sum()
-        s = torch.sigmoid(z)
-        g_neg[begin : begin + step] = s.sum(dim=1) * plan.inv_tau
-        g_pos -= s.sum(dim=0) * plan.inv_tau
-    return loss, g_neg, g_pos
+        z = neg[begin : begin + step].unsqueeze(0) - pos_col  # [P, c]
+        z.mul_(inv_tau)
+        total += torch.nn.functional.softplus(z).sum(dtype=torch.float64)
+        if needs_grad:
+            z.sigmoid_()
+            grad_pos.sub_(z.sum(dim=1), alpha=inv_tau)
+            grad_neg[begin : begin + step] = z.sum(dim=0).mul_(inv_tau)
+    return total, grad_pos, grad_neg
+
+
+def _exact_pairs(neg: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor, Tensor]:
+    """Scores outside the grid's window, paired with every positive exactly, in float64: (loss, ∂/∂neg, ∂/∂pos)."""
+    loss, grad_pos, grad_neg = pair_sums(plan.positives, neg.to(torch.float64), plan.inv_tau, TABLE_BLOCK)
+    return loss, grad_neg, grad_pos
 
 
 def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> GridPlan:

@@ -22,12 +22,11 @@ import logging
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from st_magnitude.losses._batch import GatheredBatch
 from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
-from st_magnitude.losses._mw_grid import grid_pair_sum, plan_for_range, score_range
+from st_magnitude.losses._mw_grid import grid_pair_sum, pair_sums, plan_for_range, score_range
 from st_magnitude.losses._temperature import (
     LearnableScale,
     parse_temperature,
@@ -84,20 +83,7 @@ class _PairwiseSoftplusSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, pos: Tensor, neg: Tensor, inv_tau: float, chunk_size: int) -> Tensor:  # type: ignore[override]
         needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        n_pos = max(pos.numel(), 1)
-        step = max(1, chunk_size // n_pos)
-        total = torch.zeros((), dtype=torch.float64, device=pos.device)
-        grad_pos = torch.zeros_like(pos) if needs_grad else None
-        grad_neg = torch.empty_like(neg) if needs_grad else None
-        pos_col = pos.unsqueeze(1)
-        for begin in range(0, neg.numel(), step):
-            z = neg[begin : begin + step].unsqueeze(0) - pos_col  # [P, c]
-            z.mul_(inv_tau)
-            total += F.softplus(z).sum(dtype=torch.float64)
-            if needs_grad:
-                z.sigmoid_()
-                grad_pos.sub_(z.sum(dim=1), alpha=inv_tau)
-                grad_neg[begin : begin + step] = z.sum(dim=0).mul_(inv_tau)
+        total, grad_pos, grad_neg = pair_sums(pos, neg, inv_tau, chunk_size, needs_grad)
         ctx.save_for_backward(grad_pos, grad_neg)
         return total.to(pos.dtype)
 
