@@ -27,9 +27,11 @@ DESCRIPTION = (
 
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
-OUTPUTS = {"output": "folder", "json": "file"}
+OUTPUTS = {"output": "folder"}
 #: The calibration is saved into the model folder by design (the default): ``--output MODEL`` is that default.
 MAY_BE_THE_MODEL = ("output",)
+#: The report rows (ECE / Brier / pooled AUC per split), written beside ``score_calibration.json``.
+REPORT_FILE = "calibration_report.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,11 +48,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=500,
         help="top non-positive documents per query in the pools (default 500, as pooled AUC)",
     )
-    add_option(p, "--output", help="folder to save score_calibration.json to (default: the model folder)")
+    add_option(
+        p,
+        "--output",
+        help=f"folder to save score_calibration.json and the report rows ({REPORT_FILE}) to (default: the model "
+        "folder)",
+    )
     add_options(p, "--max-corpus", "--max-queries", "--seed", "--on-missing", "--max-seq-length")
     add_option(p, "--batch-size", default=32)
     add_options(p, "--device", "--threads")
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the report rows as JSON")
     add_options(p, "--trust-remote-code")
 
 
@@ -63,6 +69,7 @@ def _output_folder(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from st_magnitude.cli._args import check_output_dir
     from st_magnitude.data.beir import load_beir, subsample
     from st_magnitude.evaluation.calibration import (
         calibration_pools,
@@ -73,13 +80,14 @@ def run(args: argparse.Namespace) -> int:
     )
     from st_magnitude.model.load import describe_similarity, load_model
 
-    if args.json:
-        check_output_file(args.json, "--json")
     if len(args.data) != 1:
         raise ValueError(f"calibrate fits one map on one dataset: pass one --data folder, got {len(args.data)}")
     if args.split == args.eval_split:
         raise ValueError(f"--split and --eval-split are both {args.split!r}: report calibration on held-out queries")
     out = _output_folder(args)
+    if args.output is not None:
+        check_output_dir(args.output, "--output")
+    check_output_file(out / REPORT_FILE, "--output")
     check_device(args.device)
     refuse_foreign_code(args)
     set_threads(args)
@@ -119,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         for split, d in splits.items()
     ]
     print(f"model: {args.model}   calibration: {args.method}, fitted on {fit.name}/{args.split} -> {path}")
+    write_json_atomic(out / REPORT_FILE, rows)
     print(describe_calibration(rows))
-    if args.json:
-        write_json_atomic(args.json, rows)
+    print(f"report rows written to {out / REPORT_FILE}")
     return 0
