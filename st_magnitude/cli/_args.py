@@ -238,7 +238,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
         "type": positive_int,
         "default": None,
         "metavar": "N",
-        "help": "NanoBEIR-style subsample: all judged docs of the kept queries + seeded distractors up to N",
+        "help": "NanoBEIR-style subsample, not a cap: every judged document of the kept queries stays (more than N "
+        "when they alone exceed N), then seeded distractors up to N in all; the run prints the kept counts first",
     },
     "--max-queries": {
         "type": positive_int,

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     for split in (args.split, args.eval_split):
         data = load_beir(args.data[0], split, on_missing=args.on_missing)
         splits[split] = subsample(data, args.max_corpus, args.max_queries, args.seed)
+        print(splits[split].describe_kept(), flush=True)  # before the model is loaded
     judged = {split: {q: d.queries[q] for q in d.qrels if q in d.queries} for split, d in splits.items()}
     check_held_out(judged[args.split], judged[args.eval_split])
     model = load_model(

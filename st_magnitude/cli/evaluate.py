@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         args.data,
         roles_required=args.require_roles,
         encoder=onnx_encoder(args.backend, args.threads),
+        on_loaded=lambda data: print(data.describe_kept(), flush=True),  # before the model is loaded
         **values(args, *SUBSAMPLE, "similarity", "max_seq_length", "on_missing", "batch_size", "trust_remote_code"),
     )
     print(f"model: {args.model}")

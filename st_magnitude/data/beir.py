@@ -78,6 +78,24 @@ class BEIRData:
             + ")"
         )
 
+    def describe_kept(self) -> str:
+        """One line to print before a long run: the judged queries and the documents it runs on, of how many. A
+        :func:`subsample` keeps every judged document of its queries, so the documents can exceed ``max_corpus``;
+        the line says so when they do."""
+        queries, docs = len(self.qrels), len(self.corpus)
+        head = f"{self.name} ({self.split})"
+        if "full_corpus" not in self.meta:
+            return f"{head}: {queries:,} queries, {docs:,} documents (the whole split)"
+        judged = self.meta.get("judged", 0)
+        line = (
+            f"{head}: {queries:,} of {self.meta['full_queries']:,} queries, {docs:,} of "
+            f"{self.meta['full_corpus']:,} documents ({judged:,} judged + {docs - judged:,} seeded distractors)"
+        )
+        cap = self.meta.get("max_corpus")
+        if cap is not None and docs > cap:
+            line += f"; more than max-corpus {cap:,}: every judged document of a kept query stays"
+        return line
+
 
 def _available_splits(folder: Path) -> list[str]:
     qdir = folder / "qrels"
@@ -404,7 +422,8 @@ def subsample(
         qrels=qrels,
         split=data.split,
         note=note,
-        meta={"full_corpus": len(data.corpus), "full_queries": len(data.queries)},
+        meta={"full_corpus": len(data.corpus), "full_queries": len(data.queries), "judged": n_pos}
+        | ({} if max_corpus is None else {"max_corpus": max_corpus}),
     )
 
 

@@ -14,13 +14,17 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
+import json
 import pickle
 
 import pytest
 import torch
 from conftest import TRAIN_SENTENCES, build_tiny_st
+from helpers.toy_beir import write_toy_beir
 
 from st_magnitude import apply_similarity
+from st_magnitude.cli import main
 
 #: The similarities a model can carry; under ``model.fit`` the ones ST carries with a query/document ``Router``
 #: (no supported way to hand ``fit`` a router_mapping) are refused in one line, the others train.
@@ -104,3 +108,118 @@ def test_an_st_loss_on_a_converted_model_is_refused_and_portable_false_trains(ti
     before = _weights(model)
     _fit(model, MultipleNegativesRankingLoss(model, similarity_fct=get_similarity("dnorm")))
     assert _moved(before, model)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the CLI: one output vocabulary, the kept counts before the run, mteb's table, offline hints that point somewhere
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def world(tiny_bert_dir, tmp_path_factory):
+    """A saved tiny model and a toy BEIR folder: query i is judged relevant to documents 2i and 2i + 1."""
+    root = tmp_path_factory.mktemp("first_contact")
+    build_tiny_st(tiny_bert_dir).save(str(root / "model"))
+    write_toy_beir(root / "toy", n_docs=30, n_queries=8)
+    return root
+
+
+def _table_row(out: str, dataset: str) -> list[str]:
+    """The cells of ``dataset``'s row in a printed format_table."""
+    (line,) = [line for line in out.splitlines() if line.split()[:2] == [dataset, "test"]]
+    return line.split()
+
+
+def test_evaluate_dash_o_writes_the_rows_into_the_folder_and_says_what_it_kept_first(world, tmp_path, capsys):
+    """``-o DIR`` as every command spells it; ``--max-corpus 12`` keeps the 16 judged documents and says so before
+    the model is loaded (the first line the run prints about the data, above the table)."""
+    out = tmp_path / "new" / "eval"
+    code = main(["evaluate", str(world / "model"), "--data", str(world / "toy"), "-o", str(out), "--max-corpus", "12"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    kept = "toy (test): 8 of 8 queries, 16 of 30 documents (16 judged + 0 seeded distractors); more than max-corpus 12"
+    assert kept in printed and printed.index(kept) < printed.index("model:"), printed
+    (row,) = json.loads((out / "evaluation.json").read_text())
+    assert (row["dataset"], row["queries"], row["corpus"]) == ("toy", 8, 16)
+    assert _table_row(printed, "toy")[4] == f"{row['ndcg@10']:.4f}"
+
+
+def test_the_kept_counts_are_printed_before_the_model_is_loaded(world, monkeypatch, capsys):
+    import st_magnitude.evaluation.runner as runner
+
+    def not_yet(*args, **kwargs):
+        raise OSError("stopped where the long part begins")
+
+    monkeypatch.setattr(runner, "load_model", not_yet)
+    assert main(["evaluate", str(world / "model"), "--data", str(world / "toy"), "--max-corpus", "20"]) == 2
+    captured = capsys.readouterr()
+    assert "toy (test): 8 of 8 queries, 20 of 30 documents (16 judged + 4 seeded distractors)" in captured.out
+    assert "more than max-corpus" not in captured.out and "stopped where" in captured.err
+
+
+def test_max_corpus_says_it_is_not_a_cap_in_every_command_that_takes_it():
+    import argparse
+
+    from st_magnitude.cli import build_parser
+
+    def walk(parser):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    yield from walk(child)
+            elif "--max-corpus" in action.option_strings and action.type is not int:  # compare: a profile override
+                yield action
+
+    helps = [action.help for action in walk(build_parser())]
+    assert len(helps) >= 4 and all("not a cap" in h and "every judged document" in h for h in helps), helps
+
+
+#: ``mteb run`` needs the optional mteb (Python >= 3.11).
+needs_mteb = pytest.mark.skipif(importlib.util.find_spec("mteb") is None, reason="mteb is not installed")
+
+
+@needs_mteb
+def test_mteb_run_prints_the_table_evaluate_prints(world, tmp_path, monkeypatch, capsys):
+    """The same toy subsample through ``evaluate`` (the reference) and ``mteb run``: the same header, the same
+    counts and the same nDCG@10 / Recall@100 / MRR@10 cells."""
+    monkeypatch.chdir(tmp_path)
+    sub = ["--max-queries", "4", "--max-corpus", "20"]
+    assert main(["evaluate", str(world / "model"), "--data", str(world / "toy"), *sub]) == 0
+    reference = capsys.readouterr().out
+    assert main(["mteb", "run", "-m", str(world / "model"), "-t", str(world / "toy"), "-o", "res", *sub]) == 0
+    printed = capsys.readouterr().out
+    header = next(line for line in reference.splitlines() if line.startswith("dataset"))
+    assert header in printed.splitlines()
+    assert _table_row(printed, "toy")[:7] == _table_row(reference, "toy")[:7]
+    assert "toy (test): 4 of 8 queries, 20 of 30 documents" in printed.split("model:")[0]  # before the run
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No network, no data setting of the user's own; returns the data folder to fill."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("ST_MAGNITUDE_DATA", str(data))
+    return data
+
+
+def _offline_error(world, tmp_path, capsys) -> str:
+    assert main(["mteb", "run", "-m", str(world / "model"), "-t", "SciFact", "-o", str(tmp_path / "r")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    return line
+
+
+@needs_mteb
+def test_offline_mteb_points_at_the_local_copy_that_exists(world, tmp_path, offline, capsys):
+    write_toy_beir(offline / "beir" / "scifact", n_docs=6, n_queries=2)
+    line = _offline_error(world, tmp_path, capsys)
+    assert f"-t {offline / 'beir' / 'scifact'}" in line, line
+    assert (offline / "beir" / "scifact" / "corpus.jsonl").is_file()
+
+
+@needs_mteb
+def test_offline_mteb_without_a_local_copy_says_what_it_looked_at_and_how_to_get_it(world, tmp_path, offline, capsys):
+    write_toy_beir(offline / "beir" / "nfcorpus", n_docs=6, n_queries=2)
+    line = _offline_error(world, tmp_path, capsys)
+    assert f"No local BEIR folder found: {offline / 'beir'}" in line and "holds nfcorpus" in line, line
+    assert "resolve_dataset('scifact')" in line and "Pass the local BEIR folder instead" not in line, line
