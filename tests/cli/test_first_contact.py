@@ -142,6 +142,31 @@ def test_evaluate_dash_o_writes_the_rows_into_the_folder_and_says_what_it_kept_f
     assert _table_row(printed, "toy")[4] == f"{row['ndcg@10']:.4f}"
 
 
+@pytest.mark.parametrize(
+    "command, output",
+    [
+        ("evaluate M --data T", ""),
+        ("evaluate M --data T", "blocked"),  # blocked/evaluation.json is a folder
+        ("scaling choose --budget 1e9", ""),
+        ("scaling choose --budget 1e9", "blocked"),  # blocked/choices.json is a folder
+        ("diagnose M --data T", ""),
+    ],
+)
+def test_an_output_folder_that_cannot_take_the_files_is_one_line_before_any_work(
+    world, tmp_path, monkeypatch, capsys, command, output
+):
+    """``-o ''`` is no folder (it wrote into the current one); a folder whose file name is taken by a folder is
+    refused before the run, not after it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "blocked" / "evaluation.json").mkdir(parents=True)
+    (tmp_path / "blocked" / "choices.json").mkdir()
+    argv = [{"M": str(world / "model"), "T": str(world / "toy")}.get(a, a) for a in command.split()]
+    assert main([*argv, "-o", output]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert ("--output is empty" if output == "" else "is a folder") in line, line
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["blocked", "choices.json", "evaluation.json"]
+
+
 def test_the_kept_counts_are_printed_before_the_model_is_loaded(world, monkeypatch, capsys):
     import st_magnitude.evaluation.runner as runner
 
