@@ -77,7 +77,8 @@ def test_model_fit_trains_or_refuses_in_one_line_before_any_work(tiny_bert_dir, 
 
 
 def test_a_router_model_loaded_by_stock_st_is_refused_through_the_packages_loss(tiny_bert_dir, tmp_path, monkeypatch):
-    """A qnorm folder loaded with plain ``SentenceTransformer(path)`` never met the package until its loss."""
+    """A qnorm folder loaded with plain ``SentenceTransformer(path)`` never met the package until its loss; its
+    model card already says how to fine-tune it."""
     from sentence_transformers import SentenceTransformer
 
     from st_magnitude.losses import PartialNormInfoNCELoss
@@ -88,6 +89,8 @@ def test_a_router_model_loaded_by_stock_st_is_refused_through_the_packages_loss(
     with pytest.raises(ValueError) as exc:
         _fit(model, PartialNormInfoNCELoss(model))
     _refused_in_one_line(exc, "qnorm")
+    card = (tmp_path / "qnorm" / "README.md").read_text(encoding="utf-8")
+    assert "use `SentenceTransformerTrainer`" in card and "legacy `model.fit` cannot pass" in card  # the card says so
 
 
 def test_an_st_loss_on_a_converted_model_is_refused_and_portable_false_trains(tiny_bert_dir, tmp_path, monkeypatch):

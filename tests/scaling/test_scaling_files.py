@@ -1,6 +1,7 @@
 """Files ``st-magnitude scaling`` reads and writes: a ``--law`` JSON is checked key by key (before: a string or
 a missing key reached the arithmetic as a ``TypeError`` / ``KeyError`` traceback), a CSV that is not UTF-8 is named
-with its line, and ``fit --json`` writes an undefined R² as ``null`` (before: ``NaN``, which no JSON reader takes)."""
+with its line, and ``fit -o DIR`` writes an undefined R² to ``fits.json`` as ``null`` (before: ``NaN``, which no JSON
+reader takes)."""
 
 from __future__ import annotations
 
