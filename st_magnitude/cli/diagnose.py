@@ -80,14 +80,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before loading a model or reading data."""
-    from st_magnitude.data.beir import _available_splits, load_beir, subsample
+    from st_magnitude.data.beir import _available_splits, load_beir, missing_folder, subsample
 
     if args.n_pairs is not None and args.n_pairs <= 1:
         raise ValueError(f"--n-pairs must be > 1, got {args.n_pairs}")
     for folder in args.data:
         path = Path(folder)
         if not path.is_dir():
-            raise FileNotFoundError(f"BEIR dataset folder {folder!r} does not exist or is not a folder.")
+            raise missing_folder(folder)
         for split, flag in ((args.split, "--split"), (args.pairs_split, "--pairs-split")):
             if split is not None and not (path / "qrels" / f"{split}.tsv").is_file():
                 raise FileNotFoundError(

@@ -329,7 +329,7 @@ def load_beir(
     """
     path = Path(folder)
     if not path.is_dir():
-        raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
+        raise missing_folder(path)
     for fname in ("corpus.jsonl", "queries.jsonl"):
         if not (path / fname).is_file():
             raise FileNotFoundError(f"{path} is not a BEIR folder: {fname} is missing.")
@@ -371,6 +371,32 @@ def load_beir(
     queries = {qid: text or "" for qid, text in queries.items()}  # a query without "text" is scored as "" (warned)
     logger.info("Loaded %s/%s: %d docs, %d queries", path.name, split, len(corpus), len(queries))
     return BEIRData(name=path.name, corpus=corpus, queries=queries, qrels=qrels, split=split)
+
+
+def named_in_data_folder(name: str | os.PathLike) -> Path | None:
+    """The data folder's ``beir/<name>`` when ``name`` is a bare name (``scifact``, as ``compare`` takes names, not a
+    path) and that folder holds a BEIR corpus; else ``None``. For messages: commands that take folders say where the
+    dataset is."""
+    text = str(name)
+    if not text or "/" in text or os.sep in text or text.startswith("."):
+        return None
+    from st_magnitude.data.home import resolve_data_dir
+
+    try:
+        candidate = resolve_data_dir() / "beir" / text
+    except FileNotFoundError:  # $ST_MAGNITUDE_DATA names a missing folder: no suggestion
+        return None
+    return candidate if (candidate / "corpus.jsonl").is_file() else None
+
+
+def missing_folder(folder: str | os.PathLike) -> FileNotFoundError:
+    """The error for a BEIR dataset folder that does not exist, with the data folder's dataset of that name when
+    there is one (:func:`named_in_data_folder`)."""
+    message = f"BEIR dataset folder {str(folder)!r} does not exist or is not a folder."
+    candidate = named_in_data_folder(folder)
+    if candidate is not None:
+        message += f" The data folder holds a dataset of that name: pass its folder, {candidate}"
+    return FileNotFoundError(message)
 
 
 def subsample(

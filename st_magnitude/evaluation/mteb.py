@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from st_magnitude.data.beir import BEIRData, load_beir, subsample
+from st_magnitude.data.beir import BEIRData, load_beir, missing_folder, named_in_data_folder, subsample
 from st_magnitude.evaluation._upstream import register_mteb_model, register_mteb_task
 
 logger = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ def make_local_task(
 
     path = Path(folder)
     if not path.is_dir():
-        raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
+        raise missing_folder(path)
     for label, v in (("max_corpus", max_corpus), ("max_queries", max_queries)):
         if v is not None and (not isinstance(v, int) or v <= 0):
             raise ValueError(f"{label} must be a positive integer or None, got {v!r}")
@@ -519,7 +519,10 @@ def mteb_cli(
                     mteb.get_task(a)
                 except KeyError as exc:
                     msg = exc.args[0] if exc.args else str(exc)
-                    raise ValueError(f"{msg} ({a!r} is neither an mteb task name nor a local BEIR folder)") from exc
+                    local = named_in_data_folder(a)
+                    where = "" if local is None else f"; the data folder holds a BEIR folder of that name: -t {local}"
+                    why = f"{a!r} is neither an mteb task name nor a local BEIR folder{where}"
+                    raise ValueError(f"{msg} ({why})") from exc
                 builtin.append(a)
                 ran[a] = {"dataset": a}
         out.append(a)

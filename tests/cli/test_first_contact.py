@@ -251,3 +251,30 @@ def test_offline_mteb_without_a_local_copy_says_what_it_looked_at_and_how_to_get
     line = _offline_error(world, tmp_path, capsys)
     assert f"No local BEIR folder found: {offline / 'beir'}" in line and "holds nfcorpus" in line, line
     assert "resolve_dataset('scifact')" in line and "Pass the local BEIR folder instead" not in line, line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "M", "--data", "toyset"],
+        ["diagnose", "M", "--data", "toyset", "-o", "d"],
+        pytest.param(["mteb", "run", "-m", "M", "-t", "toyset", "-o", "r"], marks=needs_mteb),
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_a_dataset_name_where_a_folder_goes_names_the_data_folders_copy(world, tmp_path, monkeypatch, capsys, argv):
+    """``compare`` takes dataset names, the other commands folders: a bare name whose folder the data folder
+    holds is answered with that folder's path (and without one, nothing is suggested)."""
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    monkeypatch.setenv("ST_MAGNITUDE_DATA", str(data))
+    data.mkdir()
+    argv = [str(world / "model") if a == "M" else a for a in argv]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "toyset" in line and "data folder holds" not in line, line
+    write_toy_beir(data / "beir" / "toyset", n_docs=6, n_queries=2)
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert str(data / "beir" / "toyset") in line and "data folder holds" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # nothing written
