@@ -12,6 +12,8 @@ from st_magnitude.cli._args import (
     add_options,
     check_device,
     check_output_file,
+    check_splits,
+    model_path,
     positive_int,
     refuse_foreign_code,
     set_threads,
@@ -33,7 +35,9 @@ MAY_BE_THE_MODEL = ("output",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="SentenceTransformer folder (the map is saved into it unless --output is given)")
+    p.add_argument(
+        "model", type=model_path, help="SentenceTransformer folder (the map is saved into it unless --output is given)"
+    )
     add_option(p, "--data", help="one local BEIR folder with labelled splits")
     add_option(p, "--split", default="train", help="qrels split the map is fitted on (default: train)")
     p.add_argument(
@@ -63,6 +67,17 @@ def _output_folder(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_output_file(args.json, "--json")
+    if len(args.data) != 1:
+        raise ValueError(f"calibrate fits one map on one dataset: pass one --data folder, got {len(args.data)}")
+    if args.split == args.eval_split:
+        raise ValueError(f"--split and --eval-split are both {args.split!r}: report calibration on held-out queries")
+    out = _output_folder(args)
+    check_splits(args.data, args.split, args.eval_split)
+    check_device(args.device)
+    refuse_foreign_code(args)
+    set_threads(args)
     from st_magnitude.data.beir import load_beir, subsample
     from st_magnitude.evaluation.calibration import (
         calibration_pools,
@@ -73,16 +88,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from st_magnitude.model.load import describe_similarity, load_model
 
-    if args.json:
-        check_output_file(args.json, "--json")
-    if len(args.data) != 1:
-        raise ValueError(f"calibrate fits one map on one dataset: pass one --data folder, got {len(args.data)}")
-    if args.split == args.eval_split:
-        raise ValueError(f"--split and --eval-split are both {args.split!r}: report calibration on held-out queries")
-    out = _output_folder(args)
-    check_device(args.device)
-    refuse_foreign_code(args)
-    set_threads(args)
     splits = {}
     for split in (args.split, args.eval_split):
         data = load_beir(args.data[0], split, on_missing=args.on_missing)

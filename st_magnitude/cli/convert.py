@@ -10,6 +10,7 @@ from st_magnitude.cli._args import (
     add_options,
     check_model_path,
     check_output_dir,
+    model_path,
     positive_float,
     positive_int,
     similarity_arg,
@@ -45,7 +46,7 @@ OUTPUTS = {"output": "folder"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="SentenceTransformer folder or hub id")
+    p.add_argument("model", type=model_path, help="SentenceTransformer folder or hub id")
     p.add_argument(
         "similarity",
         type=similarity_arg("carry"),

@@ -11,6 +11,7 @@ from st_magnitude.cli._args import (
     add_option,
     add_options,
     check_output_dir,
+    model_path,
     non_negative_int,
     positive_int,
     refuse_foreign_code,
@@ -34,7 +35,7 @@ OUTPUTS = {"output": "folder"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
+    p.add_argument("model", type=model_path, help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
     add_options(p, "--data")
     add_option(p, "--split", help="evaluation split for norms/Cohen's d/AUC (default test)")
     p.add_argument(
@@ -100,9 +101,9 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_args(args)
     from st_magnitude.diagnostics.report import diagnose
 
-    _check_args(args)
     set_threads(args)
     model = args.model
     if args.trust_remote_code:  # diagnose() loads without it; a model loaded here with the user's consent is used

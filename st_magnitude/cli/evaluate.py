@@ -11,6 +11,8 @@ from st_magnitude.cli._args import (
     add_option,
     add_options,
     check_output_file,
+    check_splits,
+    model_path,
     refuse_foreign_code,
     set_threads,
     similarity_arg,
@@ -30,7 +32,7 @@ OUTPUTS = {"json": "file"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
+    p.add_argument("model", type=model_path, help="SentenceTransformer folder (or hub id, online only)")
     add_options(p, "--data", "--split", "--max-corpus", "--max-queries", "--seed")
     p.add_argument(
         "--similarity",
@@ -55,12 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_output_file(args.json, "--json")  # before the evaluation, not after it
+    check_splits(args.data, args.split)
+    refuse_foreign_code(args)  # before reading any data
     from st_magnitude.evaluation.runner import evaluate_folders, format_table
     from st_magnitude.serving.onnx_model import onnx_encoder
 
-    if args.json:
-        check_output_file(args.json, "--json")  # before the evaluation, not after it
-    refuse_foreign_code(args)  # before reading any data
     set_threads(args)
     if args.json:
         print(f"evaluating {args.model}; the rows will be written to {args.json}", flush=True)

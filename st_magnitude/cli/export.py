@@ -10,6 +10,7 @@ from st_magnitude.cli._args import (
     check_model_path,
     check_output_dir,
     int_range,
+    model_path,
     refuse_foreign_code,
     values,
 )
@@ -29,7 +30,7 @@ OUTPUTS = {"output": "folder"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from st_magnitude.serving.onnx_graphs import KEEP_F32, OPSET_RANGE, QUANTIZATIONS
 
-    p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
+    p.add_argument("model", type=model_path, help="SentenceTransformer folder (or hub id, online only)")
     add_option(p, "--output", required=True, help="new or empty folder for the graphs")
     p.add_argument(
         "--quantize",

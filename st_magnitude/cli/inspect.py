@@ -5,19 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 
-from st_magnitude.cli._args import add_options, check_model_path
+from st_magnitude.cli._args import add_options, check_model_path, model_path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="SentenceTransformer folder or hub id")
+    p.add_argument("model", type=model_path, help="SentenceTransformer folder or hub id")
     add_options(p, "--trust-remote-code")
 
 
 def run(args: argparse.Namespace) -> int:
+    check_model_path(args.model)
     from st_magnitude.model.info import carried_similarity, is_asymmetric, model_gammas
     from st_magnitude.model.load import load_model
 
-    check_model_path(args.model)
     model = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
     gammas = model_gammas(model)
     info = {

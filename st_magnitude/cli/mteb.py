@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 import os
 
-from st_magnitude.cli._args import SUBSAMPLE, add_option, add_options, check_output_dir, values
+from st_magnitude.cli._args import (
+    SUBSAMPLE,
+    add_option,
+    add_options,
+    check_output_dir,
+    check_splits,
+    mteb_model,
+    task_or_beir_folder,
+    values,
+)
 
 DESCRIPTION = "mteb CLI shim: registers local models and BEIR folders, then runs `mteb` itself."
 
@@ -26,10 +35,13 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
             "--split, --max-corpus, --max-queries, --seed, --on-missing (for local folders), --trust-remote-code."
         ),
     )
-    r.add_argument("-m", "--model", required=True, help="local model folder or an mteb/hub model name")
+    r.add_argument(
+        "-m", "--model", type=mteb_model, required=True, help="local model folder or an mteb/hub model name"
+    )
     r.add_argument(
         "-t",
         "--tasks",
+        type=task_or_beir_folder,
         nargs="+",
         default=None,
         metavar="TASK_OR_BEIR_DIR",
@@ -60,6 +72,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if not args.tasks and not args.benchmarks:
         raise ValueError("mteb run needs -t TASK_OR_BEIR_DIR ... (or -b BENCHMARK)")
+    check_splits([t for t in args.tasks or () if os.path.isdir(t)], args.split)  # before mteb is imported
     check_output_dir(args.output, "--output")
     if args.prediction_folder:
         check_output_dir(args.prediction_folder, "--prediction-folder")

@@ -31,7 +31,7 @@ OUTPUTS = {"output": "resumable", "results": "resumable", "report": "file"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("claim", nargs="?", help="claim id (see --list)")
+    p.add_argument("claim", type=_claim, nargs="?", help="claim id (see --list)")
     p.add_argument(
         "--list", action="store_true", help="list the claims with the seeds, CPU-seconds and wall time recorded"
     )
@@ -94,6 +94,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_tag,
         help="name a variant run (kept beside the main result, not replacing it): letters, digits, '-', '_', '.'",
     )
+
+
+def _claim(text: str) -> str:
+    """The claim id: one of the registry's, checked while parsing (before torch is imported for the run)."""
+    from st_magnitude.lab.replication.claims import CLAIM_MODULES
+
+    if text not in CLAIM_MODULES:
+        raise argparse.ArgumentTypeError(f"unknown claim {text!r}; valid claims: {', '.join(CLAIM_MODULES)}")
+    return text
 
 
 def _tag(text: str) -> str:
