@@ -42,15 +42,15 @@ __all__ = [
     "TRUST_HELP",
     "add_option",
     "add_options",
-    "beir_folder",
+    "check_data_folder",
     "check_device",
     "check_model_path",
+    "check_mteb_model",
     "check_output_dir",
     "check_output_file",
     "check_splits",
+    "check_task_or_folder",
     "int_range",
-    "model_path",
-    "mteb_model",
     "non_negative_int",
     "positive_float",
     "positive_int",
@@ -59,7 +59,6 @@ __all__ = [
     "set_threads",
     "similarity_arg",
     "similarity_names",
-    "task_or_beir_folder",
     "values",
 ]
 
@@ -152,24 +151,11 @@ def check_model_path(model: str) -> None:
         raise FileNotFoundError(f"{model} is not a SentenceTransformer folder (no modules.json/config.json).")
 
 
-def _checked(check, name: str):
-    """An ``argparse`` type running ``check(text)``: what it raises becomes the one-line usage error."""
+def check_data_folder(folder: str) -> None:
+    """``--data``: a BEIR dataset folder holding ``corpus.jsonl`` and ``queries.jsonl`` (nothing read)."""
+    from st_magnitude.data.beir import check_beir_folder  # imports nothing heavy
 
-    def parse(text: str) -> str:
-        try:
-            check(text)
-        except (OSError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(" ".join(str(exc).split())) from None
-        return text
-
-    parse.__name__ = name
-    return parse
-
-
-def _check_beir_folder(text: str) -> None:
-    from st_magnitude.data.beir import check_beir_folder  # reads nothing, imports nothing heavy
-
-    check_beir_folder(text)
+    check_beir_folder(folder)
 
 
 def check_splits(folders, *splits: str) -> None:
@@ -182,29 +168,20 @@ def check_splits(folders, *splits: str) -> None:
             check_beir_folder(folder, split)
 
 
-def _check_mteb_model(text: str) -> None:
+def check_mteb_model(model: str) -> None:
     """``mteb run -m``: a local model folder, or a name mteb knows (anything that does not look like a path)."""
-    path = Path(text)
+    path = Path(model)
     if path.exists():
         if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
-            raise FileNotFoundError(f"model folder {text!r} does not exist or is not a SentenceTransformer folder.")
-    elif os.sep in text and (text.startswith((".", os.sep)) or text.count("/") > 1):
-        raise FileNotFoundError(f"model folder {text!r} does not exist.")
+            raise FileNotFoundError(f"model folder {model!r} does not exist or is not a SentenceTransformer folder.")
+    elif os.sep in model and (model.startswith((".", os.sep)) or model.count("/") > 1):
+        raise FileNotFoundError(f"model folder {model!r} does not exist.")
 
 
-def _check_task_or_folder(text: str) -> None:
+def check_task_or_folder(task: str) -> None:
     """``mteb run -t``: an mteb task name, or a local BEIR folder (anything with a path separator)."""
-    if Path(text).is_dir() or os.sep in text:
-        _check_beir_folder(text)
-
-
-#: ``argparse`` types that check a path while the arguments are parsed, before a command imports anything heavy:
-#: a model folder or hub id (:func:`check_model_path`), a BEIR dataset folder
-#: (:func:`st_magnitude.data.beir.check_beir_folder`), ``mteb run``'s ``-m`` and ``-t``.
-model_path = _checked(check_model_path, "model folder or hub id")
-beir_folder = _checked(_check_beir_folder, "BEIR dataset folder")
-mteb_model = _checked(_check_mteb_model, "model folder or mteb model name")
-task_or_beir_folder = _checked(_check_task_or_folder, "mteb task or BEIR dataset folder")
+    if Path(task).is_dir() or os.sep in task:
+        check_data_folder(task)
 
 
 def _refuse_empty(model: str) -> None:
@@ -290,13 +267,7 @@ def similarity_arg(purpose: str = "carry"):
 #: :func:`add_options` (as declared) or :func:`add_option` (overriding a keyword, e.g. a narrower help).
 OPTIONS: dict[str, dict[str, Any]] = {
     "--output": {"default": None, "metavar": "DIR", "help": "the folder this command writes its output to"},
-    "--data": {
-        "type": beir_folder,
-        "nargs": "+",
-        "required": True,
-        "metavar": "BEIR_DIR",
-        "help": "local BEIR dataset folder(s)",
-    },
+    "--data": {"nargs": "+", "required": True, "metavar": "BEIR_DIR", "help": "local BEIR dataset folder(s)"},
     "--data-root": {
         "default": None,
         "metavar": "DIR",

@@ -10,10 +10,11 @@ from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.cli._args import (
     add_option,
     add_options,
+    check_data_folder,
     check_device,
+    check_model_path,
     check_output_file,
     check_splits,
-    model_path,
     positive_int,
     refuse_foreign_code,
     set_threads,
@@ -35,9 +36,7 @@ MAY_BE_THE_MODEL = ("output",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "model", type=model_path, help="SentenceTransformer folder (the map is saved into it unless --output is given)"
-    )
+    p.add_argument("model", help="SentenceTransformer folder (the map is saved into it unless --output is given)")
     add_option(p, "--data", help="one local BEIR folder with labelled splits")
     add_option(p, "--split", default="train", help="qrels split the map is fitted on (default: train)")
     p.add_argument(
@@ -64,6 +63,10 @@ def _output_folder(args: argparse.Namespace) -> Path:
     if not Path(args.model).is_dir():
         raise ValueError(f"{args.model!r} is not a local model folder: pass --output DIR to save the calibration")
     return Path(args.model)
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path, "data": check_data_folder}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from st_magnitude.cli._args import add_option, add_options, model_path, positive_int, values
+from st_magnitude.cli._args import add_option, add_options, check_model_path, positive_int, values
 from st_magnitude.lab.compare.config import (
     DEFAULT_MODEL,
     DEFAULT_VARIANTS,
@@ -63,12 +63,7 @@ OUTPUTS = {"output": "resumable"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = _description()
     p.formatter_class = argparse.RawDescriptionHelpFormatter  # the description's list of departures
-    p.add_argument(
-        "--model",
-        type=model_path,
-        default=DEFAULT_MODEL,
-        help="base model: hub id or local folder (default: %(default)s)",
-    )
+    p.add_argument("--model", default=DEFAULT_MODEL, help="base model: hub id or local folder (default: %(default)s)")
     p.add_argument("--variants", type=_csv, default=DEFAULT_VARIANTS, help="comma-separated (default: all five)")
     p.add_argument("--loss", type=_csv, default=("infonce",), help=f"comma-separated, from: {', '.join(LOSSES)}")
     p.add_argument("--train-data", default="nfcorpus", help="BEIR dataset name or folder to train on (train split)")
@@ -117,6 +112,10 @@ def _close_progress_bars() -> None:
         return
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ from st_magnitude.cli._args import (
     add_options,
     check_model_path,
     check_output_dir,
-    model_path,
     positive_float,
     positive_int,
     similarity_arg,
@@ -46,7 +45,7 @@ OUTPUTS = {"output": "folder"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", type=model_path, help="SentenceTransformer folder or hub id")
+    p.add_argument("model", help="SentenceTransformer folder or hub id")
     p.add_argument(
         "similarity",
         type=similarity_arg("carry"),
@@ -109,6 +108,10 @@ def read_texts(path: str, limit: int) -> list[str]:
     if not texts:
         raise InputFileError(path, "no documents in the file (--norm-texts)")
     return texts
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,8 +10,9 @@ from st_magnitude.cli._args import (
     SUBSAMPLE,
     add_option,
     add_options,
+    check_data_folder,
+    check_model_path,
     check_output_dir,
-    model_path,
     non_negative_int,
     positive_int,
     refuse_foreign_code,
@@ -35,7 +36,7 @@ OUTPUTS = {"output": "folder"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", type=model_path, help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
+    p.add_argument("model", help="SentenceTransformer folder (the *pretrained* model for the κ rule)")
     add_options(p, "--data")
     add_option(p, "--split", help="evaluation split for norms/Cohen's d/AUC (default test)")
     p.add_argument(
@@ -98,6 +99,10 @@ def _check_args(args: argparse.Namespace) -> None:
         load_beir(path, args.split)  # a malformed line or missing ids fail here, before the model is loaded
     check_output_dir(args.output, "--output")
     refuse_foreign_code(args)  # before any work
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path, "data": check_data_folder}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,9 +10,10 @@ from st_magnitude.cli._args import (
     SUBSAMPLE,
     add_option,
     add_options,
+    check_data_folder,
+    check_model_path,
     check_output_file,
     check_splits,
-    model_path,
     refuse_foreign_code,
     set_threads,
     similarity_arg,
@@ -32,7 +33,7 @@ OUTPUTS = {"json": "file"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", type=model_path, help="SentenceTransformer folder (or hub id, online only)")
+    p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
     add_options(p, "--data", "--split", "--max-corpus", "--max-queries", "--seed")
     p.add_argument(
         "--similarity",
@@ -54,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
     add_options(p, "--trust-remote-code")
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path, "data": check_data_folder}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ from st_magnitude.cli._args import (
     check_model_path,
     check_output_dir,
     int_range,
-    model_path,
     refuse_foreign_code,
     values,
 )
@@ -30,7 +29,7 @@ OUTPUTS = {"output": "folder"}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from st_magnitude.serving.onnx_graphs import KEEP_F32, OPSET_RANGE, QUANTIZATIONS
 
-    p.add_argument("model", type=model_path, help="SentenceTransformer folder (or hub id, online only)")
+    p.add_argument("model", help="SentenceTransformer folder (or hub id, online only)")
     add_option(p, "--output", required=True, help="new or empty folder for the graphs")
     p.add_argument(
         "--quantize",
@@ -52,6 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"ONNX opset, {OPSET_RANGE[0]} to {OPSET_RANGE[1]} (default 17)",
     )
     add_options(p, "--max-seq-length", "--trust-remote-code")
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path}
 
 
 def run(args: argparse.Namespace) -> int:

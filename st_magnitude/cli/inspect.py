@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from st_magnitude.cli._args import add_options, check_model_path, model_path
+from st_magnitude.cli._args import add_options, check_model_path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", type=model_path, help="SentenceTransformer folder or hub id")
+    p.add_argument("model", help="SentenceTransformer folder or hub id")
     add_options(p, "--trust-remote-code")
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path}
 
 
 def run(args: argparse.Namespace) -> int:

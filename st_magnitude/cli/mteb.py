@@ -10,10 +10,10 @@ from st_magnitude.cli._args import (
     SUBSAMPLE,
     add_option,
     add_options,
+    check_mteb_model,
     check_output_dir,
     check_splits,
-    mteb_model,
-    task_or_beir_folder,
+    check_task_or_folder,
     values,
 )
 
@@ -35,13 +35,10 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
             "--split, --max-corpus, --max-queries, --seed, --on-missing (for local folders), --trust-remote-code."
         ),
     )
-    r.add_argument(
-        "-m", "--model", type=mteb_model, required=True, help="local model folder or an mteb/hub model name"
-    )
+    r.add_argument("-m", "--model", required=True, help="local model folder or an mteb/hub model name")
     r.add_argument(
         "-t",
         "--tasks",
-        type=task_or_beir_folder,
         nargs="+",
         default=None,
         metavar="TASK_OR_BEIR_DIR",
@@ -65,6 +62,10 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
     add_options(r, "--trust-remote-code")
     r.set_defaults(func=_run)
     m.set_defaults(func=lambda args: (m.print_help(), 2)[1])
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_mteb_model, "tasks": check_task_or_folder}
 
 
 def _run(args: argparse.Namespace) -> int:

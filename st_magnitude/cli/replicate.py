@@ -31,7 +31,7 @@ OUTPUTS = {"output": "resumable", "results": "resumable", "report": "file"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("claim", type=_claim, nargs="?", help="claim id (see --list)")
+    p.add_argument("claim", nargs="?", help="claim id (see --list)")
     p.add_argument(
         "--list", action="store_true", help="list the claims with the seeds, CPU-seconds and wall time recorded"
     )
@@ -96,13 +96,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _claim(text: str) -> str:
-    """The claim id: one of the registry's, checked while parsing (before torch is imported for the run)."""
+def _check_claim(text: str) -> None:
+    """The claim id is one of the registry's (checked before torch is imported for the run)."""
     from st_magnitude.lab.replication.claims import CLAIM_MODULES
 
     if text not in CLAIM_MODULES:
-        raise argparse.ArgumentTypeError(f"unknown claim {text!r}; valid claims: {', '.join(CLAIM_MODULES)}")
-    return text
+        raise ValueError(f"unknown claim {text!r}; valid claims: {', '.join(CLAIM_MODULES)}")
 
 
 def _tag(text: str) -> str:
@@ -114,6 +113,10 @@ def _tag(text: str) -> str:
         return check_name(text, "--tag")
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"claim": _check_claim}
 
 
 def run(args: argparse.Namespace) -> int:
