@@ -129,11 +129,12 @@ def test_the_extras_table_agrees_with_pyproject():
 
 def test_every_serving_adapter_that_imports_its_stack_is_listed():
     """A serving module importing its stack at import time (``import_stack`` at module level) is in
-    ``OPTIONAL_AT_IMPORT``, so the scan sees the tests that import it."""
+    ``OPTIONAL_AT_IMPORT``, so the scan sees the tests that import it (the table also holds modules that import
+    theirs when used)."""
     serving = ROOT / "st_magnitude" / "serving"
     importing = set()
     for p in serving.glob("*.py"):
         for stmt in ast.parse(p.read_text(encoding="utf-8")).body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Expr)) and "import_stack" in _names(stmt):
                 importing.add(f"st_magnitude.serving.{p.stem}")
-    assert importing == set(OPTIONAL_AT_IMPORT)
+    assert importing <= set(OPTIONAL_AT_IMPORT), sorted(importing - set(OPTIONAL_AT_IMPORT))

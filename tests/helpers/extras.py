@@ -25,8 +25,10 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "peft": ("peft", "lora"),
 }
 
-#: package modules that import an optional package when they are imported (the serving stacks' adapters)
+#: package modules that import an optional package when they are imported (the serving stacks' adapters) or when
+#: they are used (the ONNX export): a test importing one is guarded like an import of the package
 OPTIONAL_AT_IMPORT: dict[str, str] = {
+    "st_magnitude.serving.onnx": "onnx",
     "st_magnitude.serving.chroma": "chromadb",
     "st_magnitude.serving.lancedb": "lancedb",
     "st_magnitude.serving.haystack": "haystack",
