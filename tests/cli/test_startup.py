@@ -88,6 +88,9 @@ def _run_all(cases: list[list[str]]) -> list[dict]:
 
 
 def test_help_of_every_command_imports_nothing_heavy():
+    from st_magnitude.cli import COMMANDS
+
+    assert {words[0] for words in HELP if words} == set(COMMANDS)  # a new command is added here too
     report = _run_all([[*words, "--help"] for words in HELP])
     for case in report:
         assert case["code"] == 0, case
