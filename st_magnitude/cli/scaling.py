@@ -108,11 +108,11 @@ def _output_files(args: argparse.Namespace, data_file: str, plot_file: str) -> t
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
+    fits_file, plot_file = _output_files(args, FITS_FILE, FITS_PLOT)  # before the fits, not after them
+    rows = _read_rows(args.csv)
     from st_magnitude._trust.write import write_json_atomic
     from st_magnitude.scaling.fit import fit_dimension_law, fit_joint_law
 
-    fits_file, plot_file = _output_files(args, FITS_FILE, FITS_PLOT)  # before the fits, not after them
-    rows = _read_rows(args.csv)
     targets = [str(path) for path in (fits_file, plot_file) if path]
     if targets:
         print(f"fitting {args.csv}; writing {' and '.join(targets)}")
