@@ -18,7 +18,7 @@ Examples:
   # smoke: every step end to end with tiny settings (the real model and data; 5 min wall on a loaded 2-core CPU)
   python examples/dim_sweep.py --smoke --out runs/dim_sweep_smoke
   # then fit and plot
-  st-magnitude scaling fit runs/gpu/sweep.csv --metric contrastive_entropy --plot runs/gpu/law.png
+  st-magnitude scaling fit runs/gpu/sweep.csv --metric contrastive_entropy -o runs/gpu/law --plot
 """
 
 from __future__ import annotations

@@ -150,4 +150,4 @@ def test_the_shown_sweep_csv_is_what_scaling_fit_takes(tmp_path, capsys):
     assert main(["scaling", "fit", str(tmp_path / "sweep.csv"), "--bootstrap", "20"]) == 0
     printed = capsys.readouterr().out
     assert "all: L(D) =" in printed and "95% CI" in printed
-    assert "st-magnitude scaling fit sweep.csv --bootstrap 200 --plot law.png" in text  # the command it goes with
+    assert "st-magnitude scaling fit sweep.csv --bootstrap 200 -o law --plot" in text  # the command it goes with

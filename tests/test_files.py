@@ -1,4 +1,4 @@
-"""``write_json_atomic``: the one writer of result JSON (compare, replicate, evaluate --json)."""
+"""``write_json_atomic``: the one writer of result JSON (compare, replicate, evaluate -o)."""
 
 from __future__ import annotations
 

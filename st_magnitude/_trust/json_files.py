@@ -51,9 +51,16 @@ def _infinity_only(name: str) -> float:
     return float(name)
 
 
-def _loads(text: str, file: str | os.PathLike, line_offset: int = 0, allow_infinity: bool = False) -> Any:
+def _as_null(name: str) -> None:
+    return None
+
+
+def _loads(
+    text: str, file: str | os.PathLike, line_offset: int = 0, allow_infinity: bool = False, nan_as_null: bool = False
+) -> Any:
+    constant = _as_null if nan_as_null else _infinity_only if allow_infinity else _refuse_constant
     try:
-        return json.loads(text, parse_constant=_infinity_only if allow_infinity else _refuse_constant)
+        return json.loads(text, parse_constant=constant)
     except json.JSONDecodeError as exc:
         raise InputFileError(
             file, f"not valid JSON ({exc.msg}, column {exc.colno})", where=str(exc.lineno + line_offset)
@@ -93,13 +100,21 @@ def _check_text(text: str, file: str | os.PathLike, where: str | None, path: str
 
 
 def read_json(
-    path: str | os.PathLike, *, max_bytes: int = 1 << 28, max_depth: int = 64, allow_infinity: bool = False
+    path: str | os.PathLike,
+    *,
+    max_bytes: int = 1 << 28,
+    max_depth: int = 64,
+    allow_infinity: bool = False,
+    nan_as_null: bool = False,
 ) -> Any:
     """The JSON value in ``path``, checked as the module docstring says; :class:`InputFileError` otherwise (a
     missing or unreadable file included). ``allow_infinity``: ``Infinity`` / ``-Infinity`` are read as ±inf (an
-    undefined interval's ends in the package's own results); ``NaN`` is refused all the same."""
+    undefined interval's ends in the package's own results); ``NaN`` is refused all the same. ``nan_as_null``:
+    ``NaN`` / ``Infinity`` are read as ``None`` (a file another program writes: mteb's results hold NaN for an
+    undefined score)."""
     path = Path(path)
-    value = _loads(decode_utf8(_read_bytes(path, max_bytes), path), path, allow_infinity=allow_infinity)
+    text = decode_utf8(_read_bytes(path, max_bytes), path)
+    value = _loads(text, path, allow_infinity=allow_infinity, nan_as_null=nan_as_null)
     _check_tree(value, path, None, max_depth)
     return value
 

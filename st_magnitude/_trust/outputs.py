@@ -54,8 +54,15 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
+def _refuse_empty(path: str | os.PathLike, what: str) -> None:
+    """An empty string is no path (``Path("")`` is the current folder, which ``-o ''`` would silently write into)."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{what} is empty: name a folder ('.' for the current one)")
+
+
 def check_output_file(path: str | os.PathLike, what: str = "output file") -> None:
     """Raise before any work when ``path`` cannot be written as a file (a folder, under a file, not writable)."""
+    _refuse_empty(path, what)
     p = output_path(path)
     if p.is_dir():
         raise IsADirectoryError(f"{what} {str(path)!r} is a folder; give a file name (e.g. {Path(path, 'out')}).")
@@ -69,6 +76,7 @@ def check_output_file(path: str | os.PathLike, what: str = "output file") -> Non
 
 def check_output_dir(path: str | os.PathLike, what: str = "output folder", *, must_be_empty: bool = False) -> None:
     """Raise before any work when ``path`` cannot be used as an output folder (as :func:`output_path` names it)."""
+    _refuse_empty(path, what)
     p = output_path(path)
     if p.exists() and not p.is_dir():
         raise NotADirectoryError(f"{what} {str(path)!r} is a file, not a folder.")

@@ -5,10 +5,11 @@
 ``--threads``, ``--device``, ``--trust-remote-code``) once; a command adds them with :func:`add_options` /
 :func:`add_option` (overriding a keyword such as a narrower help) and passes them on with :func:`values`.
 
-One vocabulary: ``-o/--output`` is where a command writes its main output (a folder); ``--data`` is one or more
-BEIR dataset folders; ``--data-root`` is the data folder holding ``beir/`` and ``sts/``
-(:mod:`st_magnitude.data.home`). Files a command writes besides its main output have their own names
-(``--json FILE``, ``--plot FILE``, ``replicate --results DIR`` / ``--report PAGE``).
+One vocabulary: ``-o/--output DIR`` is the folder a command writes into, created if missing (the files it puts
+there have fixed names that the command prints: ``evaluate`` its rows as ``evaluation.json``, ``scaling fit`` its
+``fits.json``); ``--data`` is one or more BEIR dataset folders; ``--data-root`` is the data folder holding ``beir/``
+and ``sts/`` (:mod:`st_magnitude.data.home`). Only ``replicate --results DIR`` / ``--report PAGE`` and ``mteb run
+--prediction-folder DIR`` write outside it (``tests/cli/test_vocabulary.py`` keeps every command to this).
 
 The similarity names a command accepts come from :func:`similarity_names` (one registry,
 :mod:`st_magnitude._similarity_names`).
@@ -279,7 +280,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
         "type": positive_int,
         "default": None,
         "metavar": "N",
-        "help": "NanoBEIR-style subsample: all judged docs of the kept queries + seeded distractors up to N",
+        "help": "NanoBEIR-style subsample, not a cap: every judged document of the kept queries stays (more than N "
+        "when they alone exceed N), then seeded distractors up to N in all; the run prints the kept counts first",
     },
     "--max-queries": {
         "type": positive_int,

@@ -30,9 +30,11 @@ DESCRIPTION = (
 
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
-OUTPUTS = {"output": "folder", "json": "file"}
+OUTPUTS = {"output": "folder"}
 #: The calibration is saved into the model folder by design (the default): ``--output MODEL`` is that default.
 MAY_BE_THE_MODEL = ("output",)
+#: The report rows (ECE / Brier / pooled AUC per split), written beside ``score_calibration.json``.
+REPORT_FILE = "calibration_report.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,11 +51,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=500,
         help="top non-positive documents per query in the pools (default 500, as pooled AUC)",
     )
-    add_option(p, "--output", help="folder to save score_calibration.json to (default: the model folder)")
+    add_option(
+        p,
+        "--output",
+        help=f"folder to save score_calibration.json and the report rows ({REPORT_FILE}) to (default: the model "
+        "folder)",
+    )
     add_options(p, "--max-corpus", "--max-queries", "--seed", "--on-missing", "--max-seq-length")
     add_option(p, "--batch-size", default=32)
     add_options(p, "--device", "--threads")
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the report rows as JSON")
     add_options(p, "--trust-remote-code")
 
 
@@ -70,13 +76,16 @@ INPUTS = {"model": check_model_path, "data": check_data_folder}
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.json:
-        check_output_file(args.json, "--json")
+    from st_magnitude.cli._args import check_output_dir
+
     if len(args.data) != 1:
         raise ValueError(f"calibrate fits one map on one dataset: pass one --data folder, got {len(args.data)}")
     if args.split == args.eval_split:
         raise ValueError(f"--split and --eval-split are both {args.split!r}: report calibration on held-out queries")
     out = _output_folder(args)
+    if args.output is not None:
+        check_output_dir(args.output, "--output")
+    check_output_file(out / REPORT_FILE, "--output")
     check_splits(args.data, args.split, args.eval_split)
     check_device(args.device)
     refuse_foreign_code(args)
@@ -95,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     for split in (args.split, args.eval_split):
         data = load_beir(args.data[0], split, on_missing=args.on_missing)
         splits[split] = subsample(data, args.max_corpus, args.max_queries, args.seed)
+        print(splits[split].describe_kept(), flush=True)  # before the model is loaded
     judged = {split: {q: d.queries[q] for q in d.qrels if q in d.queries} for split, d in splits.items()}
     check_held_out(judged[args.split], judged[args.eval_split])
     model = load_model(
@@ -127,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         for split, d in splits.items()
     ]
     print(f"model: {args.model}   calibration: {args.method}, fitted on {fit.name}/{args.split} -> {path}")
+    write_json_atomic(out / REPORT_FILE, rows)
     print(describe_calibration(rows))
-    if args.json:
-        write_json_atomic(args.json, rows)
+    print(f"report rows written to {out / REPORT_FILE}")
     return 0

@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=64,
         help="token cap for the κ pairs (default 64: 2000 MiniLM pairs encode in about 30 s on 2 cores)",
     )
-    add_option(p, "--max-corpus", help="NanoBEIR-style corpus subsample per dataset")
+    add_options(p, "--max-corpus")
     add_options(p, "--max-queries")
     p.add_argument("--no-kappa", action="store_true", help="skip the κ rule")
     add_option(p, "--output", default="runs/diagnose", help="report folder (default runs/diagnose)")
@@ -82,21 +82,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before loading a model or reading data."""
-    from st_magnitude.data.beir import _available_splits, load_beir
+    from st_magnitude.data.beir import _available_splits, load_beir, missing_folder, subsample
 
     if args.n_pairs is not None and args.n_pairs <= 1:
         raise ValueError(f"--n-pairs must be > 1, got {args.n_pairs}")
     for folder in args.data:
         path = Path(folder)
         if not path.is_dir():
-            raise FileNotFoundError(f"BEIR dataset folder {folder!r} does not exist or is not a folder.")
+            raise missing_folder(folder)
         for split, flag in ((args.split, "--split"), (args.pairs_split, "--pairs-split")):
             if split is not None and not (path / "qrels" / f"{split}.tsv").is_file():
                 raise FileNotFoundError(
                     f"{flag} {split!r}: {folder} has no qrels/{split}.tsv. Available splits: "
                     f"{_available_splits(path) or 'none'}."
                 )
-        load_beir(path, args.split)  # a malformed line or missing ids fail here, before the model is loaded
+        data = load_beir(path, args.split)  # a malformed line or missing ids fail here, before the model is loaded
+        if args.max_corpus is not None or args.max_queries is not None:
+            data = subsample(data, args.max_corpus, args.max_queries, args.seed)  # as diagnose() will
+        print(data.describe_kept(), flush=True)
     check_output_dir(args.output, "--output")
     refuse_foreign_code(args)  # before any work
 

@@ -29,7 +29,9 @@ DESCRIPTION = (
 
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
-OUTPUTS = {"json": "file"}
+OUTPUTS = {"output": "folder"}
+#: The file ``-o/--output DIR`` receives: the rows of the table, as JSON.
+ROWS_FILE = "evaluation.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="encode with the torch model, or with its ONNX export on ONNX Runtime (onnx: f32 fused, the same vectors "
         "to 1e-5; onnx-int8: int8 weights, the ranking moves); the export goes to a temporary folder (default torch)",
     )
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
+    add_option(p, "--output", help=f"also write the rows as JSON to DIR/{ROWS_FILE} (created if missing)")
     add_options(p, "--trust-remote-code")
 
 
@@ -62,26 +64,33 @@ INPUTS = {"model": check_model_path, "data": check_data_folder}
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.json:
-        check_output_file(args.json, "--json")  # before the evaluation, not after it
+    from pathlib import Path
+
+    from st_magnitude.cli._args import check_output_dir
+
+    rows_file = None if args.output is None else Path(args.output) / ROWS_FILE
+    if rows_file is not None:  # before the evaluation, not after it
+        check_output_dir(args.output, "--output")
+        check_output_file(rows_file, "--output")
     check_splits(args.data, args.split)
     refuse_foreign_code(args)  # before reading any data
     from st_magnitude.evaluation.runner import evaluate_folders, format_table
     from st_magnitude.serving.onnx_model import onnx_encoder
 
     set_threads(args)
-    if args.json:
-        print(f"evaluating {args.model}; the rows will be written to {args.json}", flush=True)
+    if rows_file is not None:
+        print(f"evaluating {args.model}; the rows will be written to {rows_file}", flush=True)
     rows = evaluate_folders(
         args.model,
         args.data,
         roles_required=args.require_roles,
         encoder=onnx_encoder(args.backend, args.threads),
+        on_loaded=lambda data: print(data.describe_kept(), flush=True),  # before the model is loaded
         **values(args, *SUBSAMPLE, "similarity", "max_seq_length", "on_missing", "batch_size", "trust_remote_code"),
     )
     print(f"model: {args.model}")
     print(format_table(rows))
-    if args.json:
-        write_json_atomic(args.json, rows)
-        print(f"rows written to {args.json}")
+    if rows_file is not None:
+        write_json_atomic(rows_file, rows)
+        print(f"rows written to {rows_file}")
     return 0

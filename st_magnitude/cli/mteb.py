@@ -54,7 +54,7 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
     r.add_argument("--device", type=int, default=None, help="CUDA device index (mteb's own flag; default auto)")
     r.add_argument("--verbosity", type=int, default=None, help="mteb verbosity 0-3")
     add_option(r, "--split", help="qrels split of local BEIR folders")
-    add_option(r, "--max-corpus", help="NanoBEIR-style subsample of local folders")
+    add_option(r, "--max-corpus")
     add_options(r, "--max-queries", "--seed")
     add_option(
         r, "--on-missing", help="judged ids missing from a local folder's corpus/queries: fail (default) or drop them"
@@ -91,9 +91,16 @@ def _run(args: argparse.Namespace) -> int:
     ):
         if value is not None:
             argv += [flag, str(value)]
+    from st_magnitude.evaluation.runner import format_table
+
     print(f"mteb run: results go to {os.path.abspath(args.output)}", flush=True)
-    mteb_cli(  # a failure takes back the folders it created (OUTPUTS)
-        argv, **values(args, *SUBSAMPLE, "on_missing", "trust_remote_code")
+    rows = mteb_cli(  # a failure takes back the folders it created (OUTPUTS)
+        argv,
+        on_loaded=lambda data: print(data.describe_kept(), flush=True),  # before mteb loads the model
+        **values(args, *SUBSAMPLE, "on_missing", "trust_remote_code"),
     )
+    if rows:
+        print(f"model: {args.model}")
+        print(format_table(rows))
     print(f"mteb results written under {os.path.abspath(args.output)}")
     return 0

@@ -1,6 +1,6 @@
 """``st-magnitude scaling ...``: fit scaling laws to a sweep CSV, and pick (N, D) under a FLOPs budget.
 
-st-magnitude scaling fit runs/sweep.csv --metric contrastive_entropy --group-by recipe,dataset --plot law.png
+st-magnitude scaling fit runs/sweep.csv --metric contrastive_entropy --group-by recipe,dataset -o runs/law --plot
 st-magnitude scaling choose --law BERT/TREC --budget 1e9 --docs 1e7 --scoring exhaustive
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import logging
 import math
 from pathlib import Path
@@ -24,10 +23,16 @@ DEFAULT_GROUP_BY = ("recipe", "dataset")
 
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
-OUTPUTS = {"json": "file", "plot": "file"}
+OUTPUTS = {"output": "folder"}
+#: The files ``-o/--output DIR`` receives: the fits (``scaling fit``; ``choose --law`` reads it), the choices
+#: (``scaling choose``) and, with ``--plot``, their figures.
+FITS_FILE, FITS_PLOT = "fits.json", "fits.png"
+CHOICES_FILE, BUDGET_PLOT = "choices.json", "budget.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from st_magnitude.cli._args import add_option
+
     sub = parser.add_subparsers(dest="scaling_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
@@ -51,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fit.add_argument(
         "--holdout", type=non_negative_int, default=0, help="also fit without the N largest dims and predict them"
     )
-    fit.add_argument("--plot", default=None, help="write points + fitted curves to this image")
-    fit.add_argument("--json", default=None, help="write the fits to this JSON file")
+    add_option(fit, "--output", help=f"write the fits to DIR/{FITS_FILE} (the folder is created if missing)")
+    fit.add_argument("--plot", action="store_true", help=f"also draw the points + fitted curves to DIR/{FITS_PLOT}")
     fit.set_defaults(func=_cmd_fit)
 
     choose = sub.add_parser("choose", help="cost-aware (N, D) choice under a FLOPs budget (paper 003 §4.5)")
@@ -62,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     choose.add_argument("--docs", type=positive_float, default=1e7, help="number of indexed documents M (default 1e7)")
     choose.add_argument("--tokens", type=positive_float, default=32, help="query length T in tokens (default 32)")
     choose.add_argument("--scoring", default="exhaustive", help="exhaustive or ann")
-    choose.add_argument("--plot", default=None, help="write the budget curves to this image")
+    add_option(choose, "--output", help=f"write the choices to DIR/{CHOICES_FILE} (the folder is created if missing)")
+    choose.add_argument("--plot", action="store_true", help=f"also draw the budget curves to DIR/{BUDGET_PLOT}")
     choose.set_defaults(func=_cmd_choose)
 
 
@@ -84,14 +90,30 @@ def _float(row: dict[str, str], column: str, path: str) -> float:
     return value
 
 
+def _output_files(args: argparse.Namespace, data_file: str, plot_file: str) -> tuple[Path | None, Path | None]:
+    """The files ``-o/--output DIR`` will receive (the data, the plot with ``--plot``), checked before any work;
+    ``(None, None)`` without ``-o``."""
+    from st_magnitude.cli._args import check_output_dir
+
+    if args.output is None:
+        if args.plot:
+            raise ValueError("--plot draws into the -o/--output folder: give -o DIR too")
+        return None, None
+    check_output_dir(args.output, "--output")
+    files = (Path(args.output) / data_file, Path(args.output) / plot_file if args.plot else None)
+    for path in files:
+        if path is not None:
+            check_output_file(path, "--output")
+    return files
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
-    for flag, path in (("--json", args.json), ("--plot", args.plot)):
-        if path:
-            check_output_file(path, flag)  # before the fits, not after them
+    fits_file, plot_file = _output_files(args, FITS_FILE, FITS_PLOT)  # before the fits, not after them
     rows = _read_rows(args.csv)
+    from st_magnitude._trust.write import write_json_atomic
     from st_magnitude.scaling.fit import fit_dimension_law, fit_joint_law
 
-    targets = [path for path in (args.json, args.plot) if path]
+    targets = [str(path) for path in (fits_file, plot_file) if path]
     if targets:
         print(f"fitting {args.csv}; writing {' and '.join(targets)}")
     columns = list(rows[0])
@@ -150,15 +172,16 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if not results:
         reasons = "; ".join(f"{label}: {why}" for label, why in not_fitted.items())
         raise ValueError(f"{args.csv}: nothing fitted ({reasons or f'no row has a value of {args.metric!r}'})")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(_json_numbers(results), indent=2))
-        print(f"fits: {args.json}")
-    if args.plot and plot_groups:
+    if fits_file is not None:
+        write_json_atomic(fits_file, _json_numbers(results))
+        print(f"fits: {fits_file}")
+    if plot_file is not None and plot_groups:
         from st_magnitude.scaling.plots import plot_dimension_fits
 
         ylabel = f"1 - {args.metric}" if args.negate else args.metric
-        print(f"plot: {plot_dimension_fits(plot_groups, args.plot, ylabel=ylabel)}")
+        print(f"plot: {plot_dimension_fits(plot_groups, plot_file, ylabel=ylabel)}")
+    elif plot_file is not None:
+        print("no plot: the joint law L(D, N) has no curve over D alone")
     return 0
 
 
@@ -182,7 +205,7 @@ def _load_law(spec: str) -> dict[str, float]:
     path = Path(spec)
     if path.is_file():
         law = Fields(read_json(path), path, what="--law (an object with A, B, alpha, beta, delta)")
-        if len(law.obj) == 1 and isinstance(next(iter(law.obj.values())), dict):  # `scaling fit --joint --json`
+        if len(law.obj) == 1 and isinstance(next(iter(law.obj.values())), dict):  # `scaling fit --joint` fits.json
             law = law.sub(next(iter(law.obj)))
         # the law A / D^alpha + B / N^beta + delta, as `scaling fit` fits it (non-negative terms, falling in D, N)
         return {
@@ -193,18 +216,26 @@ def _load_law(spec: str) -> dict[str, float]:
 
 
 def _cmd_choose(args: argparse.Namespace) -> int:
+    from st_magnitude._trust.write import write_json_atomic
     from st_magnitude.scaling.cost import index_bytes, optimal_allocation
 
-    if args.plot:
-        check_output_file(args.plot, "--plot")
+    choices_file, plot_file = _output_files(args, CHOICES_FILE, BUDGET_PLOT)
     law = _load_law(args.law)
     print("budget      gamma    N (M params)  D          L_hat    index (fp32)")
+    choices = []
     for budget in args.budget:
         a = optimal_allocation(law, budget, T=args.tokens, M=args.docs, scoring=args.scoring)
         size = index_bytes(args.docs, max(1.0, math.ceil(a.D))) / 1e9
         print(f"{budget:<10.3g}  {a.gamma:.4f}   {a.N_millions:<12.4g}  {a.D:<9.1f}  {a.loss:.4f}   {size:.3g} GB")
-    if args.plot:
+        choices.append(
+            {"budget": budget, "gamma": a.gamma, "N_millions": a.N_millions, "D": a.D, "L_hat": a.loss}
+            | {"index_gb": size}
+        )
+    if choices_file is not None:
+        write_json_atomic(choices_file, _json_numbers(choices))
+        print(f"choices: {choices_file}")
+    if plot_file is not None:
         from st_magnitude.scaling.plots import plot_budget_curves
 
-        print(f"plot: {plot_budget_curves(law, args.budget, args.plot, M=args.docs, T=args.tokens)}")
+        print(f"plot: {plot_budget_curves(law, args.budget, plot_file, M=args.docs, T=args.tokens)}")
     return 0

@@ -78,6 +78,24 @@ class BEIRData:
             + ")"
         )
 
+    def describe_kept(self) -> str:
+        """One line to print before a long run: the judged queries and the documents it runs on, of how many. A
+        :func:`subsample` keeps every judged document of its queries, so the documents can exceed ``max_corpus``;
+        the line says so when they do."""
+        queries, docs = len(self.qrels), len(self.corpus)
+        head = f"{self.name} ({self.split})"
+        if "full_corpus" not in self.meta:
+            return f"{head}: {queries:,} queries, {docs:,} documents (the whole split)"
+        judged = self.meta.get("judged", 0)
+        line = (
+            f"{head}: {queries:,} of {self.meta['full_queries']:,} queries, {docs:,} of "
+            f"{self.meta['full_corpus']:,} documents ({judged:,} judged + {docs - judged:,} seeded distractors)"
+        )
+        cap = self.meta.get("max_corpus")
+        if cap is not None and docs > cap:
+            line += f"; more than max-corpus {cap:,}: every judged document of a kept query stays"
+        return line
+
 
 def _available_splits(folder: Path) -> list[str]:
     qdir = folder / "qrels"
@@ -300,7 +318,7 @@ def check_beir_folder(folder: str | os.PathLike, split: str | None = None) -> Pa
     """
     path = Path(folder)
     if not path.is_dir():
-        raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
+        raise missing_folder(folder)
     for fname in ("corpus.jsonl", "queries.jsonl"):
         if not (path / fname).is_file():
             raise FileNotFoundError(f"{path} is not a BEIR folder: {fname} is missing.")
@@ -367,6 +385,32 @@ def load_beir(
     return BEIRData(name=path.name, corpus=corpus, queries=queries, qrels=qrels, split=split)
 
 
+def named_in_data_folder(name: str | os.PathLike) -> Path | None:
+    """The data folder's ``beir/<name>`` when ``name`` is a bare name (``scifact``, as ``compare`` takes names, not a
+    path) and that folder holds a BEIR corpus; else ``None``. For messages: commands that take folders say where the
+    dataset is."""
+    text = str(name)
+    if not text or "/" in text or os.sep in text or text.startswith("."):
+        return None
+    from st_magnitude.data.home import resolve_data_dir
+
+    try:
+        candidate = resolve_data_dir() / "beir" / text
+    except FileNotFoundError:  # $ST_MAGNITUDE_DATA names a missing folder: no suggestion
+        return None
+    return candidate if (candidate / "corpus.jsonl").is_file() else None
+
+
+def missing_folder(folder: str | os.PathLike) -> FileNotFoundError:
+    """The error for a BEIR dataset folder that does not exist, with the data folder's dataset of that name when
+    there is one (:func:`named_in_data_folder`)."""
+    message = f"BEIR dataset folder {str(folder)!r} does not exist or is not a folder."
+    candidate = named_in_data_folder(folder)
+    if candidate is not None:
+        message += f" The data folder holds a dataset of that name: pass its folder, {candidate}"
+    return FileNotFoundError(message)
+
+
 def subsample(
     data: BEIRData,
     max_corpus: int | None = None,
@@ -416,7 +460,8 @@ def subsample(
         qrels=qrels,
         split=data.split,
         note=note,
-        meta={"full_corpus": len(data.corpus), "full_queries": len(data.queries)},
+        meta={"full_corpus": len(data.corpus), "full_queries": len(data.queries), "judged": n_pos}
+        | ({} if max_corpus is None else {"max_corpus": max_corpus}),
     )
 
 

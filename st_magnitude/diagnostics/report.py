@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from st_magnitude.data.beir import BEIRData, doc_text, load_beir, subsample
+from st_magnitude.data.beir import BEIRData, doc_text, load_beir, missing_folder, subsample
 from st_magnitude.diagnostics.cross_eval import EVAL_SIMILARITIES, cross_evaluation_from_embeddings, format_matrix
 from st_magnitude.diagnostics.fim import (
     ConditionNumberResult,
@@ -279,7 +279,7 @@ def diagnose(
         raise ValueError("diagnose needs at least one BEIR folder (--data)")
     for f in data:
         if not Path(f).is_dir():
-            raise FileNotFoundError(f"BEIR dataset folder {str(f)!r} does not exist or is not a folder.")
+            raise missing_folder(f)
     model_name = str(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__
     model = load_model(model)
     if max_seq_length is not None:

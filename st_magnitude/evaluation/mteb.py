@@ -21,11 +21,11 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from st_magnitude.data.beir import BEIRData, load_beir, subsample
+from st_magnitude.data.beir import BEIRData, load_beir, missing_folder, named_in_data_folder, subsample
 from st_magnitude.evaluation._upstream import register_mteb_model, register_mteb_task
 
 logger = logging.getLogger(__name__)
@@ -64,22 +64,41 @@ def _is_offline() -> bool:
     )
 
 
-def _offline_message(task: str) -> str:
+def _offline_message(tasks: Sequence[str]) -> str:
+    names = ", ".join(tasks) or "?"
     return (
-        f"mteb task {task!r} is downloaded from the Hugging Face Hub at run time, which cannot be reached here "
-        "(offline: HF_HUB_OFFLINE=1 or no network). Pass a local BEIR folder instead (e.g. -t "
-        f"{_local_example()}), or run with a network."
+        f"mteb task {names} is downloaded from the Hugging Face Hub at run time, which cannot be reached here "
+        f"(offline: HF_HUB_OFFLINE=1 or no network). {_local_hint(tasks)}"
     )
 
 
-def _local_example() -> str:
-    """A BEIR folder path in the user's data folder (``$ST_MAGNITUDE_DATA/beir/scifact``), for messages."""
+def _dataset_key(name: str) -> str:
+    """A task or folder name compared without case and punctuation: ``SciFact``, ``scifact``, ``TREC-COVID``."""
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+def _local_hint(tasks: Sequence[str]) -> str:
+    """What to pass instead of the mteb task(s) ``tasks``: a BEIR folder of the data folder that exists and holds the
+    dataset, or, when there is none, which data folder was looked at, what it holds and how to get the dataset."""
     from st_magnitude.data.home import DATA_ENV, resolve_data_dir
 
     try:
-        return str(resolve_data_dir() / "beir" / "scifact")
-    except FileNotFoundError:  # $ST_MAGNITUDE_DATA names a missing folder: show the setting instead
-        return f"${DATA_ENV}/beir/scifact"
+        beir = resolve_data_dir() / "beir"
+    except FileNotFoundError as exc:  # $ST_MAGNITUDE_DATA names a missing folder
+        return f"Pass a local BEIR folder with -t instead; {exc} (${DATA_ENV} is the folder holding beir/<name>/)."
+    held = sorted(p.name for p in beir.iterdir() if (p / "corpus.jsonl").is_file()) if beir.is_dir() else []
+    found = [str(beir / name) for task in tasks for name in held if _dataset_key(name) == _dataset_key(task)]
+    if found and len(found) >= len(tasks):
+        return f"Pass the local BEIR folder instead: -t {' '.join(found)}"
+    holds = f"holds {', '.join(held)}" if held else ("holds no BEIR dataset" if beir.is_dir() else "does not exist")
+    example = _dataset_key(tasks[0]) if tasks else "scifact"
+    return (
+        f"No local BEIR folder found: {beir} (the data folder's beir/, set by ${DATA_ENV}) {holds}. Get the dataset "
+        f'once with a network (python -c "from st_magnitude.data.home import resolve_dataset; '
+        f"resolve_dataset('{example}')\" downloads BEIR's {example!r} there; BEIR names: "
+        "https://github.com/beir-cellar/beir) and pass its folder: -t "
+        f"{beir / example}, or point ${DATA_ENV} at a data folder that holds it."
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -120,12 +139,15 @@ def make_local_task(
     seed: int = 42,
     name: str | None = None,
     on_missing: str = "raise",
+    on_loaded: Callable[[BEIRData], None] | None = None,
 ):
     """An mteb ``AbsTaskRetrieval`` subclass (a class, not an instance) that reads a local BEIR folder.
 
     The data go through :func:`load_beir` (BEIR's format, every line checked) and the same seeded
     :func:`subsample` as ``st-magnitude evaluate``, so all paths see the same queries and corpus. They are read
-    when the class is made, so a malformed folder fails before mteb loads any model.
+    when the class is made, so a malformed folder fails before mteb loads any model; ``on_loaded(data)`` is then
+    called with what the task will hold (the CLI prints the kept counts). The class's ``local_data`` holds the folder
+    name, the counts and the subsampling note.
     """
     mteb = _require_mteb()
     from mteb.abstasks import AbsTaskRetrieval
@@ -133,7 +155,7 @@ def make_local_task(
 
     path = Path(folder)
     if not path.is_dir():
-        raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
+        raise missing_folder(path)
     for label, v in (("max_corpus", max_corpus), ("max_queries", max_queries)):
         if v is not None and (not isinstance(v, int) or v <= 0):
             raise ValueError(f"{label} must be a positive integer or None, got {v!r}")
@@ -170,6 +192,8 @@ def make_local_task(
     if max_corpus is not None or max_queries is not None:
         data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
         logger.info("%s: %s", task_name, data.note)
+    if on_loaded is not None:
+        on_loaded(data)
 
     def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
         if self.data_loaded:
@@ -182,7 +206,14 @@ def make_local_task(
     cls = type(
         task_name,
         (AbsTaskRetrieval,),
-        {"metadata": metadata, "load_data": load_data, "ignore_identical_ids": True, "__module__": __name__},
+        {
+            "metadata": metadata,
+            "load_data": load_data,
+            "ignore_identical_ids": True,
+            "__module__": __name__,
+            "local_data": {"dataset": path.name, "queries": len(data.qrels), "corpus": len(data.corpus)}
+            | {"note": data.note},
+        },
     )
     del mteb
     return cls
@@ -385,7 +416,7 @@ def evaluate_mteb(
     if _is_offline():
         for t in task_objs:
             if _is_builtin(t):
-                raise MTEBOfflineError(_offline_message(t.metadata.name))
+                raise MTEBOfflineError(_offline_message([t.metadata.name]))
     wrapper = model if hasattr(model, "mteb_model_meta") and not hasattr(model, "encode_query") else None
     if wrapper is None:
         wrapper = mteb_wrapper(model, name=name, revision=revision)
@@ -402,7 +433,7 @@ def evaluate_mteb(
     except Exception as exc:  # noqa: BLE001 - turn hub/network failures into a clear message
         text = f"{type(exc).__name__}: {exc}".lower()
         if any(h in text for h in _OFFLINE_HINTS):
-            names = ", ".join(t.metadata.name for t in task_objs if _is_builtin(t)) or "?"
+            names = [t.metadata.name for t in task_objs if _is_builtin(t)]
             raise MTEBOfflineError(_offline_message(names)) from exc
         raise
     out: dict[str, dict[str, float]] = {}
@@ -421,8 +452,10 @@ def mteb_cli(
     seed: int = 42,
     on_missing: str = "raise",
     trust_remote_code: bool = False,
-) -> int:
-    """``mteb`` CLI with local models and local BEIR folders (a shim).
+    on_loaded: Callable[[BEIRData], None] | None = None,
+) -> list[dict[str, Any]]:
+    """``mteb`` CLI with local models and local BEIR folders (a shim); returns the scores it wrote as the rows of
+    :func:`~st_magnitude.evaluation.runner.format_table`.
 
     ``argv`` are mteb CLI arguments (``["run", "-m", PATH, "-t", TASK_OR_FOLDER, ...]``). A ``-m`` that is a local
     folder is registered in ``MODEL_REGISTRY`` (name = the absolute path, revision = content hash, loaded with
@@ -430,7 +463,7 @@ def mteb_cli(
     loader trusts remote code is refused unless ``trust_remote_code=True``; each ``-t`` that is a folder becomes a
     registered local task (its name replaces
     the folder in ``argv``). Then mteb's own ``build_cli()`` parses and runs, so mteb's normal results files are
-    written (``--output-folder``, default ``results``).
+    written (``--output-folder``, default ``results``). ``on_loaded``: see :func:`make_local_task`.
     """
     mteb = _require_mteb()
     from mteb.cli.build_cli import build_cli
@@ -440,6 +473,8 @@ def mteb_cli(
     i = 0
     in_tasks = False
     builtin: list[str] = []
+    ran: dict[str, dict[str, Any]] = {}  # task name -> what the table says about its data
+    model_name = None
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "--model") and i + 1 < len(argv):
@@ -450,6 +485,7 @@ def mteb_cli(
                 raise FileNotFoundError(f"model folder {m!r} does not exist.")
             elif not trust_remote_code:
                 _check_registered_model_trust(mteb, m)
+            model_name = m
             out += [a, m]
             i += 2
             in_tasks = False
@@ -464,10 +500,17 @@ def mteb_cli(
         elif in_tasks:
             if Path(a).is_dir():
                 cls = make_local_task(
-                    a, split, max_corpus=max_corpus, max_queries=max_queries, seed=seed, on_missing=on_missing
+                    a,
+                    split,
+                    max_corpus=max_corpus,
+                    max_queries=max_queries,
+                    seed=seed,
+                    on_missing=on_missing,
+                    on_loaded=on_loaded,
                 )
                 register_mteb_task(cls)
                 a = cls.metadata.name
+                ran[a] = cls.local_data
                 logger.info("registered local mteb task %s for %s", a, argv[i])
             elif os.sep in a:
                 raise FileNotFoundError(f"BEIR dataset folder {a!r} does not exist.")
@@ -476,12 +519,16 @@ def mteb_cli(
                     mteb.get_task(a)
                 except KeyError as exc:
                     msg = exc.args[0] if exc.args else str(exc)
-                    raise ValueError(f"{msg} ({a!r} is neither an mteb task name nor a local BEIR folder)") from exc
+                    local = named_in_data_folder(a)
+                    where = "" if local is None else f"; the data folder holds a BEIR folder of that name: -t {local}"
+                    why = f"{a!r} is neither an mteb task name nor a local BEIR folder{where}"
+                    raise ValueError(f"{msg} ({why})") from exc
                 builtin.append(a)
+                ran[a] = {"dataset": a}
         out.append(a)
         i += 1
     if builtin and _is_offline():
-        raise MTEBOfflineError(_offline_message(", ".join(builtin)))
+        raise MTEBOfflineError(_offline_message(builtin))
     parser = build_cli()
     args = parser.parse_args(out)
     try:
@@ -489,7 +536,51 @@ def mteb_cli(
     except Exception as exc:  # noqa: BLE001
         text = f"{type(exc).__name__}: {exc}".lower()
         if any(h in text for h in _OFFLINE_HINTS):
-            raise MTEBOfflineError(_offline_message(", ".join(builtin) or "?")) from exc
+            raise MTEBOfflineError(_offline_message(builtin)) from exc
         raise
     del mteb
-    return 0
+    output = out[out.index("--output-folder") + 1] if "--output-folder" in out else "results"
+    return _result_rows(output, model_name, ran) if model_name is not None else []
+
+
+#: mteb's score keys -> the columns of :func:`~st_magnitude.evaluation.runner.format_table`.
+_MTEB_COLUMNS = {"ndcg_at_10": "ndcg@10", "recall_at_100": "recall@100", "mrr_at_10": "mrr@10"}
+#: How mteb scored (the table's ``scored with`` line).
+_MTEB_SCORED_WITH = "the model's own similarity and roles, through mteb (encode_query / encode_document)"
+
+
+def _result_rows(
+    output_folder: str | os.PathLike, model_name: str, tasks: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The scores mteb wrote under ``output_folder`` for ``model_name`` on ``tasks`` (task name -> ``dataset``
+    label, and for a local folder its ``queries``, ``corpus`` and ``note``), read back through the trust boundary,
+    as rows of :func:`~st_magnitude.evaluation.runner.format_table`: one per task, split and subset. A task without
+    a results file (mteb skipped it) has no row."""
+    mteb = _require_mteb()
+    from mteb.cache import ResultCache
+
+    from st_magnitude._trust import Fields, read_json
+
+    cache = ResultCache(str(output_folder))
+    meta = mteb.get_model_meta(model_name)
+    rows: list[dict[str, Any]] = []
+    for task, info in tasks.items():
+        path = cache.get_task_result_path(task, meta)
+        if not path.is_file():
+            logger.warning("mteb wrote no results file for %s (%s)", task, path)
+            continue
+        scores = Fields(read_json(path, nan_as_null=True), path, what="an mteb results file").sub("scores")
+        for split in scores.keys():
+            for entry in scores.get(split, list):
+                entry = Fields(entry, path, what=f"an entry of scores.{split}", prefix=f"scores.{split}.")
+                subset = entry.get("hf_subset", str, "default")
+                row = {
+                    "dataset": info["dataset"] + ("" if subset == "default" else f"/{subset}"),
+                    "split": split,
+                    "queries": info.get("queries", "-"),
+                    "corpus": info.get("corpus", "-"),
+                }
+                values = {col: entry.get(key, (float, type(None)), None) for key, col in _MTEB_COLUMNS.items()}
+                row |= {col: value for col, value in values.items() if value is not None}  # undefined: "-"
+                rows.append(row | {"scored_with": _MTEB_SCORED_WITH, "note": info.get("note", "")})
+    return rows

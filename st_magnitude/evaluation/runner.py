@@ -179,6 +179,7 @@ def evaluate_folders(
     show_progress_bar: bool = False,
     trust_remote_code: bool = False,
     encoder: Callable[[Any], contextlib.AbstractContextManager] | None = None,
+    on_loaded: Callable[[BEIRData], None] | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`evaluate_model` on each BEIR folder (optionally NanoBEIR-style subsampled, stated in each row).
 
@@ -187,6 +188,8 @@ def evaluate_folders(
     ``encoder``: ``None`` encodes with the torch model; else a context-manager factory ``encoder(model)`` that yields
     the model to encode with, e.g. :func:`st_magnitude.serving.onnx_model.onnx_encoder` (the ONNX export on ONNX
     Runtime), which scores with the model's own similarity (not with ``similarity``, which needs raw embeddings).
+    ``on_loaded(data)``: called for each dataset once every folder is read, before the model is loaded (the CLI
+    prints :meth:`~st_magnitude.data.beir.BEIRData.describe_kept`).
     """
     if not folders:
         raise ValueError("no dataset given: pass at least one BEIR folder (--data)")
@@ -200,6 +203,9 @@ def evaluate_folders(
         if max_corpus is not None or max_queries is not None:
             data = subsample(data, max_corpus=max_corpus, max_queries=max_queries, seed=seed)
         datasets.append(data)
+    if on_loaded is not None:
+        for data in datasets:
+            on_loaded(data)
     model = load_model(model, max_seq_length=max_seq_length, trust_remote_code=trust_remote_code)
     with contextlib.ExitStack() as stack:
         if encoder is not None:

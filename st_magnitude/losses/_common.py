@@ -32,6 +32,7 @@ from st_magnitude.losses._loss_state import (
     loss_state_dict,
     sync_loss_held_gradients,
 )
+from st_magnitude.model._legacy_fit import refuse_fit_with_router
 from st_magnitude.model.info import carried_similarity, model_gammas
 from st_magnitude.similarity import (
     LearnableSimilarity,
@@ -185,6 +186,7 @@ class FamilyLoss(nn.Module):
     ) -> None:
         super().__init__()
         self.model = model
+        refuse_fit_with_router(model)  # ST's legacy fit cannot pass the router_mapping a Router model needs
         self.gather_across_devices = bool(gather_across_devices)
         if self.resolves_similarity:
             self.similarity_fct, self.carried, self.similarity_name = resolve_similarity(

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from st_magnitude.losses._batch import check_columns, check_finite, check_has_negatives, feature_rows
 from st_magnitude.losses._checks import positive_finite
 from st_magnitude.losses._common import set_roles
+from st_magnitude.model._legacy_fit import refuse_fit_with_router
 from st_magnitude.similarity import Similarity, get_similarity
 
 logger = logging.getLogger(__name__)
@@ -146,6 +147,7 @@ class MarginContrastiveLoss(nn.Module):
         """
         super().__init__()
         self.model = model
+        refuse_fit_with_router(model)  # ST's legacy fit cannot pass the router_mapping a Router model needs
         self.similarity = get_similarity(similarity)
         positive_finite("scale", scale, "1/temperature", learnable=False)
         self.scale = float(scale)

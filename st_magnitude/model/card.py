@@ -10,6 +10,7 @@ from sentence_transformers.sentence_transformer.model_card import SentenceTransf
 
 from st_magnitude._warnings import NormBoundWarning
 from st_magnitude.model._layout import Layout, read_layout
+from st_magnitude.model._legacy_fit import has_top_router
 from st_magnitude.model.info import training_similarity
 from st_magnitude.similarity import name_of_gammas
 
@@ -92,6 +93,12 @@ def _card_note(model: SentenceTransformer) -> str:
             lines.append(
                 f"The similarity is asymmetric: plain `model.encode(...)` {roleless}, and "
                 "the model is not meant for symmetric tasks (STS, clustering, paraphrase mining)."
+            )
+        if has_top_router(model):
+            lines.append(
+                "To fine-tune it, use `SentenceTransformerTrainer` with `SentenceTransformerTrainingArguments("
+                "router_mapping={'anchor': 'query', 'positive': 'document'})`: the legacy `model.fit` cannot pass "
+                "the `router_mapping` its Router needs."
             )
     else:
         fn = model.similarity_fn_name or "cosine"

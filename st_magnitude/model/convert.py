@@ -46,6 +46,7 @@ from st_magnitude.model._layout import (
     read_layout,
     write_layout,
 )
+from st_magnitude.model._legacy_fit import refuse_fit_with_router
 from st_magnitude.model._strip_plan import StripPlan, apply_strip_plan, plan_strip
 from st_magnitude.model._swap import AtomicSwapUnavailable, exchange
 from st_magnitude.model.card import update_model_card
@@ -285,6 +286,7 @@ def apply_similarity(
         read_layout(model), similarity, init_gamma=init_gamma, eps=eps, warn_on_strip=warn_on_strip, portable=portable
     )
     _serve(model, layout, "dot")
+    refuse_fit_with_router(model)  # ST's legacy fit cannot pass the router_mapping a Router model needs
     logger.info("apply_similarity: model now serves %r with modules %s", name, [type(m).__name__ for m in model])
     return model
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from st_magnitude._trust import check_model_files, check_model_folder, read_json
+from st_magnitude.model._legacy_fit import refuse_fit_with_router
 from st_magnitude.model.convert import apply_similarity
 from st_magnitude.model.info import carried_similarity, is_asymmetric, model_gammas
 from st_magnitude.model.offline import OFFLINE_WHEEL_MODEL, offline_model_path, resolve_model_source
@@ -244,6 +245,7 @@ def load_model_and_source(
             model = _load_path(source, device, trust_remote_code)
     if max_seq_length is not None:
         set_max_seq_length(model, max_seq_length)  # positive, and within the backbone's position embeddings
+    refuse_fit_with_router(model)  # ST's legacy fit cannot pass the router_mapping a Router model needs
     return model, source, desc
 
 

@@ -113,7 +113,7 @@ def test_a_failed_mteb_run_keeps_the_folder_its_output_path_leads_back_to(world,
 
 
 #: The option names (``dest``) under which a command writes: each must be declared in the command's ``OUTPUTS``.
-WRITES = {"output", "json", "plot", "results", "prediction_folder", "report"}
+WRITES = {"output", "json", "results", "prediction_folder", "report"}
 
 
 def _writing_options(parser) -> set[str]:
@@ -162,7 +162,7 @@ def test_a_full_disk_in_convert_leaves_none_of_the_folders_made_for_its_output(w
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_full_disk_writing_evaluate_json_leaves_none_of_the_folders_made_for_it(
+def test_a_full_disk_writing_evaluate_rows_leaves_none_of_the_folders_made_for_it(
     world, tmp_path, monkeypatch, capsys
 ):
     import errno
@@ -176,7 +176,7 @@ def test_a_full_disk_writing_evaluate_json_leaves_none_of_the_folders_made_for_i
     monkeypatch.setattr(runner, "evaluate_folders", lambda *a, **k: [{"dataset": "toy", "ndcg@10": 0.5}])
     monkeypatch.setattr(runner, "format_table", lambda rows: "table")
     monkeypatch.setattr(write.json, "dump", full_disk)
-    rows = tmp_path / "new" / "sub" / "rows.json"
-    assert main(["evaluate", str(world / "model"), "--data", str(world / "toy"), "--json", str(rows)]) == 2
+    rows = tmp_path / "new" / "sub"
+    assert main(["evaluate", str(world / "model"), "--data", str(world / "toy"), "-o", str(rows)]) == 2
     assert "No space left on device" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []

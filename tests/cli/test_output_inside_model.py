@@ -34,15 +34,14 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 #: command line (M: the model folder, T: the toy BEIR folder) -> the option the refusal names
 CASES = {
-    "evaluate --json M/modules.json": (["evaluate", "M", "--data", "T", "--json", "M/modules.json"], "--json"),
-    "evaluate --json M/sub/rows.json": (["evaluate", "M", "--data", "T", "--json", "M/sub/rows.json"], "--json"),
+    "evaluate -o M": (["evaluate", "M", "--data", "T", "-o", "M"], "--output"),
+    "evaluate -o M/sub": (["evaluate", "M", "--data", "T", "-o", "M/sub"], "--output"),
     "diagnose -o M/report": (["diagnose", "M", "--data", "T", "--no-kappa", "-o", "M/report"], "--output"),
     "diagnose -o M": (["diagnose", "M", "--data", "T", "--no-kappa", "-o", "M"], "--output"),
     "strip -o M/x/..": (["strip", "M", "-o", "M/x/.."], "--output"),
     "convert -o M/sub/..": (["convert", "M", "qnorm", "-o", "M/sub/.."], "--output"),
     "convert -o M/converted": (["convert", "M", "qnorm", "-o", "M/converted"], "--output"),
     "export -o M/onnx": (["export", "M", "-o", "M/onnx"], "--output"),
-    "calibrate --json M/modules.json": (["calibrate", "M", "--data", "T", "--json", "M/modules.json"], "--json"),
     "calibrate --output M/1_Pooling": (["calibrate", "M", "--data", "T", "--output", "M/1_Pooling"], "--output"),
     "mteb run -o M/results": (["mteb", "run", "-m", "M", "-t", "T", "-o", "M/results"], "--output"),
     "mteb run --prediction-folder M/p": (

@@ -1,7 +1,10 @@
 """One vocabulary across the ``st-magnitude`` commands, checked on every parser ``build_parser()`` builds.
 
-``-o/--output`` is where a command writes its main output (it had five spellings: ``-o/--output``, ``--output``,
-``--output-dir``, ``--output-folder``, ``--out``); ``--data`` is BEIR dataset folder(s) everywhere, and the data folder
+``-o/--output DIR`` is the folder a command writes into (it had five spellings: ``-o/--output``, ``--output``,
+``--output-dir``, ``--output-folder``, ``--out``; and ``evaluate``, ``calibrate`` and ``scaling`` wrote their rows
+through ``--json FILE`` / ``--plot FILE`` instead, so ``evaluate MODEL --data D -o DIR`` was a usage error). Every
+command (and sub-command) that writes is found from the registry and its module's ``OUTPUTS``, so a new command cannot
+drift; ``--data`` is BEIR dataset folder(s) everywhere, and the data folder
 holding ``beir/`` and ``sts/`` is ``--data-root`` (``replicate --data`` and ``compare --data-dir`` meant that). No
 default writes into the repository's ``docs/``: ``replicate --report PAGE`` names the page (it rewrote
 ``docs/replication.md`` unasked).
@@ -10,6 +13,7 @@ default writes into the repository's ``docs/``: ``replicate --report PAGE`` name
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
 import pytest
@@ -18,10 +22,25 @@ import st_magnitude.cli as cli
 from st_magnitude.cli._args import OPTIONS
 
 #: The spellings the vocabulary replaced: none of them may come back.
-RETIRED = ("--out", "--output-dir", "--output-folder", "--output-path", "--out-dir", "--data-dir", "--report-path")
+RETIRED = (
+    "--out",
+    "--output-dir",
+    "--output-folder",
+    "--output-path",
+    "--out-dir",
+    "--data-dir",
+    "--report-path",
+    "--json",
+    "--out-file",
+    "--output-file",
+)
 
-#: The commands that write a main output (a folder), each through -o/--output.
-WRITERS = ("strip", "convert", "export", "diagnose", "calibrate", "compare", "replicate", "mteb run")
+#: The outputs a command may write besides its -o/--output folder (option ``dest`` -> why it is not in that folder).
+BESIDE_THE_OUTPUT = {
+    ("mteb", "prediction_folder"): "mteb's own --prediction-folder, passed on to mteb",
+    ("replicate", "results"): "the summaries of every claim, shared by many runs (a folder of its own)",
+    ("replicate", "report"): "the generated page, named where it goes (never a default inside docs/)",
+}
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
@@ -47,6 +66,19 @@ def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in parser._actions if a.option_strings]
 
 
+def _outputs(name: str) -> dict[str, str]:
+    """The ``OUTPUTS`` the module of command ``name`` (``mteb run``: ``mteb``) declares."""
+    return getattr(importlib.import_module(f"st_magnitude.cli.{name.split()[0]}"), "OUTPUTS", {})
+
+
+#: The parsers that run something (no sub-commands of their own), by name.
+LEAVES = {
+    name: parser
+    for name, parser in PARSERS.items()
+    if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+}
+
+
 def test_every_command_is_walked():
     assert set(cli.COMMANDS) <= set(PARSERS)
     assert {"mteb run", "scaling fit", "scaling choose"} <= set(PARSERS)
@@ -62,10 +94,26 @@ def test_no_retired_spelling_and_every_output_option_is_dash_o_output(name):
             assert action.metavar == "DIR", f"{name}: {flags} writes a folder"
 
 
-@pytest.mark.parametrize("name", WRITERS)
-def test_every_writing_command_has_dash_o_output(name):
-    args = {f for a in _options(PARSERS[name]) for f in a.option_strings}
-    assert {"-o", "--output"} <= args, name
+@pytest.mark.parametrize("name", sorted(LEAVES))
+def test_every_command_that_writes_writes_into_dash_o_output(name):
+    """A command that declares outputs writes into -o/--output DIR; any other output it has is one of the few
+    named in BESIDE_THE_OUTPUT (each with its reason)."""
+    dests = {a.dest: a for a in _options(LEAVES[name])}
+    writes = set(_outputs(name)) & set(dests)
+    if not writes:  # writes nothing (inspect): then it has no output option at all
+        assert not {"output", "json", "plot"} & set(dests), name
+        return
+    assert "output" in writes, f"{name} writes {sorted(writes)} but has no -o/--output"
+    assert dests["output"].option_strings == ["-o", "--output"] and dests["output"].metavar == "DIR", name
+    beside = {dest for dest in writes - {"output"} if (name.split()[0], dest) not in BESIDE_THE_OUTPUT}
+    assert not beside, f"{name}: {sorted(beside)} write outside -o/--output (write into that folder instead)"
+
+
+def test_the_writers_are_found():
+    """The derived list is not empty by accident: the commands known to write are in it."""
+    writers = {name for name in LEAVES if set(_outputs(name)) & {a.dest for a in _options(LEAVES[name])}}
+    assert {"evaluate", "calibrate", "scaling fit", "scaling choose", "mteb run", "convert", "strip"} <= writers
+    assert "inspect" not in writers
 
 
 @pytest.mark.parametrize("name", sorted(PARSERS))

@@ -145,13 +145,21 @@ def test_no_library_code_guesses_the_development_machines_data_folder():
 
 
 def test_the_mteb_offline_message_points_at_the_data_setting(data, monkeypatch):
+    """A folder of the data setting that holds the dataset is named; one that does not is never offered as if it
+    existed (the hint named <data>/beir/scifact whether or not it was there)."""
     pytest.importorskip("mteb")
     from st_magnitude.evaluation.mteb import _offline_message
 
     monkeypatch.setenv(DATA_ENV, str(data))
-    assert f"-t {data / 'beir' / 'scifact'}" in _offline_message("SciFact")
+    assert f"-t {data / 'beir' / 'toy'}" in _offline_message(["Toy"])
+    assert f"{data / 'beir'} (the data folder's beir/, set by $ST_MAGNITUDE_DATA) holds toy" in _offline_message(
+        ["SciFact"]
+    )
     monkeypatch.setenv(DATA_ENV, str(data / "missing"))
-    assert "-t $ST_MAGNITUDE_DATA/beir/scifact" in _offline_message("SciFact")
+    assert "does not exist" in _offline_message(["SciFact"]) and "$ST_MAGNITUDE_DATA" in _offline_message(["SciFact"])
+    monkeypatch.delenv(DATA_ENV)  # the user cache, not made yet
+    assert "st_magnitude/data/beir (the data folder's beir/" in _offline_message(["SciFact"])
+    assert "does not exist" in _offline_message(["SciFact"])
 
 
 def test_replicate_reads_the_same_setting_and_says_how_to_set_it(data, tmp_path, monkeypatch):

@@ -124,12 +124,11 @@ def test_cli_calibrate_saves_the_map_into_the_model_folder(saved_tiny, tmp_path,
     toy = tmp_path / "toy"
     for split in ("train", "test"):
         write_toy_beir(toy, n_docs=16, n_queries=6, split=split)
-    report = tmp_path / "report.json"
     with pytest.warns(UninformativeCalibrationWarning, match="held-out queries"):  # the toy splits share queries
-        code = main(["calibrate", str(saved_tiny), "--data", str(toy), "--n-negatives", "5", "--json", str(report)])
+        code = main(["calibrate", str(saved_tiny), "--data", str(toy), "--n-negatives", "5"])
     assert code == 0
     assert (saved_tiny / CALIBRATION_FILENAME).is_file()
-    rows = json.loads(report.read_text())
+    rows = json.loads((saved_tiny / "calibration_report.json").read_text())  # the report rows beside the map
     assert [r["split"] for r in rows] == ["train", "test"]
     assert {"pooled_auc", "ece_raw", "ece_calibrated", "brier_raw", "brier_calibrated"} <= set(rows[0])
     assert "ECE cal" in capsys.readouterr().out

@@ -75,19 +75,33 @@ def test_cli_fit_and_choose(tmp_path, capsys):
             rows.append({"recipe": recipe, "dataset": "toy", "dim": d, "n_params_m": 22.7,
                          "contrastive_entropy": float(dimension_law(d, A, alpha, delta))})  # fmt: skip
     _write_csv(tmp_path / "sweep.csv", rows)
-    plot, out = tmp_path / "law.png", tmp_path / "law.json"
-    code = main(["scaling", "fit", str(tmp_path / "sweep.csv"), "--plot", str(plot), "--json", str(out)])
+    plot, out = tmp_path / "law" / "fits.png", tmp_path / "law" / "fits.json"
+    code = main(["scaling", "fit", str(tmp_path / "sweep.csv"), "-o", str(tmp_path / "law"), "--plot"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "bert/toy: L(D) = 16 / D^0.5 + 1.2" in printed and "R²=1.0000" in printed
     fits = json.loads(out.read_text())
     assert fits["ettin/toy"]["alpha"] == pytest.approx(0.7, rel=1e-3)
     assert plot.is_file() and plot.stat().st_size > 1000
-    budget_png = tmp_path / "budget.png"
-    args = ["scaling", "choose", "--law", "BERT/TREC", "--budget", "1e10", "--docs", "1e6", "--plot", str(budget_png)]
+    budget_png = tmp_path / "choice" / "budget.png"
+    args = [
+        "scaling",
+        "choose",
+        "--law",
+        "BERT/TREC",
+        "--budget",
+        "1e10",
+        "--docs",
+        "1e6",
+        "-o",
+        str(budget_png.parent),
+        "--plot",
+    ]
     assert main(args) == 0
     assert "0.7411" in capsys.readouterr().out  # worked optimum γ̂ (closed form of paper 003 §4.5)
     assert budget_png.is_file() and budget_png.stat().st_size > 1000
+    (choice,) = json.loads((budget_png.parent / "choices.json").read_text())
+    assert choice["budget"] == 1e10 and round(choice["gamma"], 4) == 0.7411  # the printed row
 
 
 def test_cli_errors(tmp_path, capsys):
@@ -107,9 +121,9 @@ def test_cli_holdout(tmp_path, capsys):
     rows = [{"recipe": "r", "dataset": "t", "dim": d, "contrastive_entropy": float(dimension_law(d, 5.0, 0.7, 1.0))}
             for d in (24, 48, 96, 192, 384, 768)]  # fmt: skip
     _write_csv(tmp_path / "s.csv", rows)
-    assert main(["scaling", "fit", str(tmp_path / "s.csv"), "--holdout", "1", "--json", str(tmp_path / "f.json")]) == 0
+    assert main(["scaling", "fit", str(tmp_path / "s.csv"), "--holdout", "1", "-o", str(tmp_path / "f")]) == 0
     assert "held-out" in capsys.readouterr().out
-    held = json.loads((tmp_path / "f.json").read_text())["r/t"]["holdout"]
+    held = json.loads((tmp_path / "f" / "fits.json").read_text())["r/t"]["holdout"]
     assert held["dims"] == [768.0] and abs(held["relative_error"][0]) < 1e-4
 
 
@@ -127,8 +141,8 @@ def test_cli_fit_plain_dim_entropy_csv_with_bootstrap_band(tmp_path, capsys, mon
     figures = []
     real = plots.dimension_fits_figure
     monkeypatch.setattr(plots, "dimension_fits_figure", lambda *a, **k: figures.append(real(*a, **k)) or figures[-1])
-    plot = tmp_path / "law.png"
-    code = main(["scaling", "fit", str(tmp_path / "sweep.csv"), "--bootstrap", "30", "--plot", str(plot)])
+    plot = tmp_path / "law" / "fits.png"
+    code = main(["scaling", "fit", str(tmp_path / "sweep.csv"), "--bootstrap", "30", "-o", str(plot.parent), "--plot"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "note: no recipe / dataset column" in printed and "all rows are one group" in printed

@@ -1,6 +1,7 @@
 """Files ``st-magnitude scaling`` reads and writes: a ``--law`` JSON is checked key by key (before: a string or
 a missing key reached the arithmetic as a ``TypeError`` / ``KeyError`` traceback), a CSV that is not UTF-8 is named
-with its line, and ``fit --json`` writes an undefined R² as ``null`` (before: ``NaN``, which no JSON reader takes)."""
+with its line, and ``fit -o DIR`` writes an undefined R² to ``fits.json`` as ``null`` (before: ``NaN``, which no JSON
+reader takes)."""
 
 from __future__ import annotations
 
@@ -46,9 +47,9 @@ def test_a_csv_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
     assert f"{path}:3: byte 0xff is not UTF-8" in capsys.readouterr().err
 
 
-def test_fit_json_writes_an_undefined_r2_as_null(tmp_path, capsys):
-    path, out = tmp_path / "s.csv", tmp_path / "fit.json"
+def test_fit_writes_an_undefined_r2_as_null(tmp_path, capsys):
+    path, out = tmp_path / "s.csv", tmp_path / "fits"
     path.write_text("dim,contrastive_entropy\n" + "".join(f"{d},2.0\n" for d in (32, 64, 128, 256)))
-    assert main(["scaling", "fit", str(path), "--json", str(out)]) == 0, capsys.readouterr().err
-    fits = read_json(out)  # NaN would be refused here
+    assert main(["scaling", "fit", str(path), "-o", str(out)]) == 0, capsys.readouterr().err
+    fits = read_json(out / "fits.json")  # NaN would be refused here
     assert fits and all(fit["r2"] is None for fit in fits.values()), fits
