@@ -76,6 +76,13 @@ def test_a_dangling_link_is_one_line(tmp_path, capsys):
     assert len(lines) == 1 and "is not a saved SentenceTransformer folder" in lines[0]
 
 
+def test_a_symlink_loop_is_named_in_python_too(tmp_path):
+    (tmp_path / "L1").symlink_to("L2")
+    (tmp_path / "L2").symlink_to("L1")
+    with pytest.raises(FileNotFoundError, match=r"L1 is not a saved SentenceTransformer folder \(.*loop"):
+        strip_normalize(tmp_path / "L1")
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dangling links"])
 def test_a_file_that_cannot_be_copied_is_one_line_and_nothing_is_left(plain, tmp_path, capsys, kind):
     if kind == "fifo":

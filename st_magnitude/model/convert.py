@@ -391,7 +391,10 @@ def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str
     leaves the original (or no output) behind, never a half-edited model."""
     # the folder itself, links and ``..`` resolved: ``strip LINK`` strips the folder LINK leads to (the link stays a
     # link to it), and ``MODEL/sub/..`` is MODEL, so the staging folder lies beside the model, never inside it
-    src = src.resolve()
+    try:
+        src = src.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise FileNotFoundError(f"{src} is not a saved SentenceTransformer folder ({exc})") from None
     if src.parent == src:
         raise ValueError(f"cannot strip {src}: the root folder has no folder beside it to stage the edit in")
     modules_file = src / "modules.json"
