@@ -127,3 +127,12 @@ def test_only_an_absolute_position_table_is_compared(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(InputFileError, match=r"key 'max_position_embeddings': is 1024, but .* of 512 rows"):
         check_model_files(folder)
+
+
+def test_an_empty_position_table_is_named_in_the_weights(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    save_file({"embeddings.position_embeddings.weight": torch.zeros(0, 4)}, str(folder / "model.safetensors"))
+    with pytest.raises(InputFileError, match=r"model\.safetensors: key '.*': is a position table of 0 rows"):
+        check_model_files(folder)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from st_magnitude._trust.errors import InputFileError
 from st_magnitude._trust.json_files import Fields, read_json
 from st_magnitude._trust.paths import MAX_ROUTER_DEPTH, router_config
 from st_magnitude._trust.positions import PADDING_OFFSET_TYPES, check_max_seq_length, position_limit
@@ -108,6 +109,8 @@ def _check_positions(file: Path, positions: int | None, shapes: dict[Path, dict[
     if len({rows for _, _, rows in tables}) != 1:  # none (rotary / relative positions, a pickle), or several sizes
         return
     weights, name, rows = tables[0]
+    if rows < 1:
+        raise InputFileError(weights, f"key {name!r}: is a position table of 0 rows: no text fits the backbone")
     table = f"{weights.name} holds the position table {name!r} of {rows} rows"
     f = Fields({}, file)
     if positions is None:
