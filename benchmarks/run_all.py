@@ -73,6 +73,8 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--arch", "tiny", "--repeats", "3"],
         ["--arch", "smollm2", "--batch", "8", "--length", "128", "--repeats", "3"],
     ),
+    # --help and usage / path errors of every command vs importing sentence-transformers (fresh interpreters)
+    "cli_startup": ("bench_cli_startup.py", ["--repeats", "3"], ["--repeats", "5"]),
 }
 
 _KEEP = re.compile(r"ratio|goal|≤|missed|\bmet\b|\bok\b", re.IGNORECASE)

@@ -242,3 +242,31 @@ def stock_st(tiny_bert_dir, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("stock_st")
     return run_in_stock_st(build_jobs(tiny_bert_dir, root), root)
+
+
+# ---- the tests an optional extra would enable (.ci/run runs them again after installing the extras) ----------------
+#: With $ST_MAGNITUDE_EXTRA_SKIPS=FILE, the node ids of the tests (and test modules) that skipped because an optional
+#: package is missing (their reason says "pip install 'st-magnitude[EXTRA]'", helpers.extras) go to FILE, one a line.
+_EXTRA_SKIPS: list[str] = []
+
+
+def _note_extra_skip(report) -> None:
+    from helpers.extras import INSTALL_HINT
+
+    if report.skipped and INSTALL_HINT in str(report.longrepr):
+        _EXTRA_SKIPS.append(report.nodeid)
+
+
+def pytest_collectreport(report):
+    _note_extra_skip(report)  # a module skipped at import (need_extra at module level)
+
+
+def pytest_runtest_logreport(report):
+    if report.when in ("setup", "call"):  # a skip mark or fixture skips in setup, need_extra in the body in the call
+        _note_extra_skip(report)
+
+
+def pytest_sessionfinish(session):
+    target = os.environ.get("ST_MAGNITUDE_EXTRA_SKIPS")
+    if target:
+        Path(target).write_text("".join(f"{nodeid}\n" for nodeid in dict.fromkeys(_EXTRA_SKIPS)), encoding="utf-8")

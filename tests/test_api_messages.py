@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from helpers.extras import need_extra
 
 from st_magnitude import Similarity, is_asymmetric, model_similarity
 from st_magnitude.cli import main
@@ -44,6 +45,7 @@ def test_an_empty_model_path_is_one_line_and_reads_nothing(tmp_path, monkeypatch
 
 
 def test_chroma_max_neighbors_is_bounded():
+    need_extra("chromadb")
     from st_magnitude.serving.chroma import MAX_NEIGHBORS, chroma_collection
 
     for value in (10**12, MAX_NEIGHBORS + 1):

@@ -3,8 +3,9 @@
 import importlib.metadata
 
 import pytest
+from helpers.extras import need_extra
 
-pytest.importorskip("peft")
+need_extra("peft")
 
 from st_magnitude._peft import require_peft  # noqa: E402
 

@@ -25,6 +25,11 @@ run wrote in it; ``"resumable"``: created folders are removed only when empty (w
 resume from); ``"file"``: the empty folders created for the file. Before the command runs, no declared output may be
 the command's model folder (``args.model``) or lie inside it (:func:`~st_magnitude._trust.outputs.check_outside_model`;
 a command lists in ``MAY_BE_THE_MODEL`` an output that may be the model folder itself).
+
+What a command reads is declared in its module's ``INPUTS`` (option ``dest`` -> a check of one value, e.g.
+:func:`~st_magnitude.cli._args.check_model_path`), and :func:`main` runs each check on each given value before the
+command runs: a missing model or data folder is one line in a fraction of a second, not after the seconds that
+importing torch and sentence-transformers takes (``run`` imports those after its own cheap checks).
 """
 
 from __future__ import annotations
@@ -214,6 +219,16 @@ def _guarded_outputs(args: argparse.Namespace) -> Iterator[None]:
         yield
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """Every value of every input the command ``args.command`` declares in its ``INPUTS``, checked (nothing heavy
+    imported); a check raises ``ValueError`` / ``OSError``, which :func:`main` prints as one line."""
+    module = sys.modules.get(f"{__name__}.{args.command}")
+    for dest, check in getattr(module, "INPUTS", {}).items():
+        value = getattr(args, dest, None)
+        for one in value if isinstance(value, (list, tuple)) else () if value is None else (value,):
+            check(one)
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names: its first word that is not an option (the top level's options take no value)."""
     for word in argv:
@@ -237,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _check_inputs(args)
         with _command_output(args.verbose), _guarded_outputs(args):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:

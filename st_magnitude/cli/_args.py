@@ -24,6 +24,7 @@ at module level.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,14 @@ __all__ = [
     "TRUST_HELP",
     "add_option",
     "add_options",
+    "check_data_folder",
     "check_device",
     "check_model_path",
+    "check_mteb_model",
     "check_output_dir",
     "check_output_file",
+    "check_splits",
+    "check_task_or_folder",
     "int_range",
     "non_negative_int",
     "positive_float",
@@ -135,11 +140,48 @@ def check_device(device: str | None) -> str | None:
 
 
 def check_model_path(model: str) -> None:
-    """The same up-front test as the loader: a missing local-looking path is a one-line error, not a hub lookup;
-    an empty path is not the current folder."""
+    """The same up-front tests as the loader, reading nothing: a missing local-looking path is a one-line error, not
+    a hub lookup; an existing path must be a folder with ``modules.json`` or ``config.json``; an empty path is not the
+    current folder."""
     _refuse_empty(model)
-    if not Path(model).exists() and (Path(model).is_absolute() or model.startswith(".") or model.count("/") != 1):
+    path = Path(model)
+    if not path.exists() and (path.is_absolute() or model.startswith(".") or model.count("/") != 1):
         raise FileNotFoundError(f"model folder {model!r} does not exist (a hub id has the form 'organisation/name').")
+    if path.exists() and not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+        raise FileNotFoundError(f"{model} is not a SentenceTransformer folder (no modules.json/config.json).")
+
+
+def check_data_folder(folder: str) -> None:
+    """``--data``: a BEIR dataset folder holding ``corpus.jsonl`` and ``queries.jsonl`` (nothing read)."""
+    from st_magnitude.data.beir import check_beir_folder  # imports nothing heavy
+
+    check_beir_folder(folder)
+
+
+def check_splits(folders, *splits: str) -> None:
+    """Each BEIR folder of ``folders`` has the qrels of each split (the message lists those it has); reads nothing,
+    so a command runs it before it imports the model stack."""
+    from st_magnitude.data.beir import check_beir_folder
+
+    for folder in folders:
+        for split in splits:
+            check_beir_folder(folder, split)
+
+
+def check_mteb_model(model: str) -> None:
+    """``mteb run -m``: a local model folder, or a name mteb knows (anything that does not look like a path)."""
+    path = Path(model)
+    if path.exists():
+        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+            raise FileNotFoundError(f"model folder {model!r} does not exist or is not a SentenceTransformer folder.")
+    elif os.sep in model and (model.startswith((".", os.sep)) or model.count("/") > 1):
+        raise FileNotFoundError(f"model folder {model!r} does not exist.")
+
+
+def check_task_or_folder(task: str) -> None:
+    """``mteb run -t``: an mteb task name, or a local BEIR folder (anything with a path separator)."""
+    if Path(task).is_dir() or os.sep in task:
+        check_data_folder(task)
 
 
 def _refuse_empty(model: str) -> None:

@@ -10,8 +10,11 @@ from st_magnitude._trust.write import write_json_atomic
 from st_magnitude.cli._args import (
     add_option,
     add_options,
+    check_data_folder,
     check_device,
+    check_model_path,
     check_output_file,
+    check_splits,
     positive_int,
     refuse_foreign_code,
     set_threads,
@@ -62,7 +65,22 @@ def _output_folder(args: argparse.Namespace) -> Path:
     return Path(args.model)
 
 
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path, "data": check_data_folder}
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_output_file(args.json, "--json")
+    if len(args.data) != 1:
+        raise ValueError(f"calibrate fits one map on one dataset: pass one --data folder, got {len(args.data)}")
+    if args.split == args.eval_split:
+        raise ValueError(f"--split and --eval-split are both {args.split!r}: report calibration on held-out queries")
+    out = _output_folder(args)
+    check_splits(args.data, args.split, args.eval_split)
+    check_device(args.device)
+    refuse_foreign_code(args)
+    set_threads(args)
     from st_magnitude.data.beir import load_beir, subsample
     from st_magnitude.evaluation.calibration import (
         calibration_pools,
@@ -73,16 +91,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from st_magnitude.model.load import describe_similarity, load_model
 
-    if args.json:
-        check_output_file(args.json, "--json")
-    if len(args.data) != 1:
-        raise ValueError(f"calibrate fits one map on one dataset: pass one --data folder, got {len(args.data)}")
-    if args.split == args.eval_split:
-        raise ValueError(f"--split and --eval-split are both {args.split!r}: report calibration on held-out queries")
-    out = _output_folder(args)
-    check_device(args.device)
-    refuse_foreign_code(args)
-    set_threads(args)
     splits = {}
     for split in (args.split, args.eval_split):
         data = load_beir(args.data[0], split, on_missing=args.on_missing)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from st_magnitude.cli._args import add_option, add_options, positive_int, values
+from st_magnitude.cli._args import add_option, add_options, check_model_path, positive_int, values
 from st_magnitude.lab.compare.config import (
     DEFAULT_MODEL,
     DEFAULT_VARIANTS,
@@ -112,6 +112,10 @@ def _close_progress_bars() -> None:
         return
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -110,6 +110,10 @@ def read_texts(path: str, limit: int) -> list[str]:
     return texts
 
 
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path}
+
+
 def run(args: argparse.Namespace) -> int:
     check_model_path(args.model)
     check_output_dir(args.output, "--output", must_be_empty=True)

@@ -10,6 +10,8 @@ from st_magnitude.cli._args import (
     SUBSAMPLE,
     add_option,
     add_options,
+    check_data_folder,
+    check_model_path,
     check_output_dir,
     non_negative_int,
     positive_int,
@@ -99,10 +101,14 @@ def _check_args(args: argparse.Namespace) -> None:
     refuse_foreign_code(args)  # before any work
 
 
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path, "data": check_data_folder}
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_args(args)
     from st_magnitude.diagnostics.report import diagnose
 
-    _check_args(args)
     set_threads(args)
     model = args.model
     if args.trust_remote_code:  # diagnose() loads without it; a model loaded here with the user's consent is used

@@ -10,7 +10,10 @@ from st_magnitude.cli._args import (
     SUBSAMPLE,
     add_option,
     add_options,
+    check_data_folder,
+    check_model_path,
     check_output_file,
+    check_splits,
     refuse_foreign_code,
     set_threads,
     similarity_arg,
@@ -54,13 +57,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, "--trust-remote-code")
 
 
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path, "data": check_data_folder}
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_output_file(args.json, "--json")  # before the evaluation, not after it
+    check_splits(args.data, args.split)
+    refuse_foreign_code(args)  # before reading any data
     from st_magnitude.evaluation.runner import evaluate_folders, format_table
     from st_magnitude.serving.onnx_model import onnx_encoder
 
-    if args.json:
-        check_output_file(args.json, "--json")  # before the evaluation, not after it
-    refuse_foreign_code(args)  # before reading any data
     set_threads(args)
     if args.json:
         print(f"evaluating {args.model}; the rows will be written to {args.json}", flush=True)

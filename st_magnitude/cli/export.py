@@ -53,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, "--max-seq-length", "--trust-remote-code")
 
 
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path}
+
+
 def run(args: argparse.Namespace) -> int:
     check_model_path(args.model)
     check_output_dir(args.output, "--output", must_be_empty=True)

@@ -13,11 +13,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p, "--trust-remote-code")
 
 
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_model_path}
+
+
 def run(args: argparse.Namespace) -> int:
+    check_model_path(args.model)
     from st_magnitude.model.info import carried_similarity, is_asymmetric, model_gammas
     from st_magnitude.model.load import load_model
 
-    check_model_path(args.model)
     model = load_model(args.model, device="cpu", trust_remote_code=args.trust_remote_code)
     gammas = model_gammas(model)
     info = {

@@ -6,7 +6,16 @@ from __future__ import annotations
 import argparse
 import os
 
-from st_magnitude.cli._args import SUBSAMPLE, add_option, add_options, check_output_dir, values
+from st_magnitude.cli._args import (
+    SUBSAMPLE,
+    add_option,
+    add_options,
+    check_mteb_model,
+    check_output_dir,
+    check_splits,
+    check_task_or_folder,
+    values,
+)
 
 DESCRIPTION = "mteb CLI shim: registers local models and BEIR folders, then runs `mteb` itself."
 
@@ -55,11 +64,16 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
     m.set_defaults(func=lambda args: (m.print_help(), 2)[1])
 
 
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"model": check_mteb_model, "tasks": check_task_or_folder}
+
+
 def _run(args: argparse.Namespace) -> int:
     from st_magnitude.evaluation.mteb import mteb_cli
 
     if not args.tasks and not args.benchmarks:
         raise ValueError("mteb run needs -t TASK_OR_BEIR_DIR ... (or -b BENCHMARK)")
+    check_splits([t for t in args.tasks or () if os.path.isdir(t)], args.split)  # before mteb is imported
     check_output_dir(args.output, "--output")
     if args.prediction_folder:
         check_output_dir(args.prediction_folder, "--prediction-folder")

@@ -96,6 +96,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_claim(text: str) -> None:
+    """The claim id is one of the registry's (checked before torch is imported for the run)."""
+    from st_magnitude.lab.replication.claims import CLAIM_MODULES
+
+    if text not in CLAIM_MODULES:
+        raise ValueError(f"unknown claim {text!r}; valid claims: {', '.join(CLAIM_MODULES)}")
+
+
 def _tag(text: str) -> str:
     """``--tag``: the rule of every name that becomes part of a file name (:func:`~st_magnitude._trust.check_name`,
     also applied to the names a part file gives)."""
@@ -105,6 +113,10 @@ def _tag(text: str) -> str:
         return check_name(text, "--tag")
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
+INPUTS = {"claim": _check_claim}
 
 
 def run(args: argparse.Namespace) -> int:

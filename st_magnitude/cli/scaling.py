@@ -85,12 +85,12 @@ def _float(row: dict[str, str], column: str, path: str) -> float:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    from st_magnitude.scaling.fit import fit_dimension_law, fit_joint_law
-
     for flag, path in (("--json", args.json), ("--plot", args.plot)):
         if path:
             check_output_file(path, flag)  # before the fits, not after them
     rows = _read_rows(args.csv)
+    from st_magnitude.scaling.fit import fit_dimension_law, fit_joint_law
+
     targets = [path for path in (args.json, args.plot) if path]
     if targets:
         print(f"fitting {args.csv}; writing {' and '.join(targets)}")

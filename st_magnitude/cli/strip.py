@@ -23,14 +23,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from st_magnitude.model.convert import strip_normalize
-
     if not (Path(args.model) / "modules.json").is_file():
         raise FileNotFoundError(f"{args.model} is not a saved SentenceTransformer folder (no modules.json)")
     if args.output:
         check_output_dir(args.output, "--output", must_be_empty=True)
     else:  # in place: the edited copy is staged beside the folder (links and '..' resolved), then swapped with it
         check_output_dir(Path(args.model).resolve().parent, "the folder holding the model")
+    from st_magnitude.model.convert import strip_normalize
+
     path = strip_normalize(Path(args.model), None if args.output is None else Path(args.output))
     print(f"stripped model written to {path}")
     return 0

@@ -290,6 +290,28 @@ def _is_int(text: str) -> bool:
     return True
 
 
+def check_beir_folder(folder: str | os.PathLike, split: str | None = None) -> Path:
+    """The file-level checks of :func:`load_beir`, reading nothing: ``folder`` is a folder holding ``corpus.jsonl``,
+    ``queries.jsonl`` and (when ``split`` is given) ``qrels/<split>.tsv``. The CLI runs them while it parses its
+    arguments, before anything heavy is imported.
+
+    Raises:
+        FileNotFoundError: naming the folder and the missing file (and the available splits).
+    """
+    path = Path(folder)
+    if not path.is_dir():
+        raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
+    for fname in ("corpus.jsonl", "queries.jsonl"):
+        if not (path / fname).is_file():
+            raise FileNotFoundError(f"{path} is not a BEIR folder: {fname} is missing.")
+    if split is not None and not (path / "qrels" / f"{split}.tsv").is_file():
+        raise FileNotFoundError(
+            f"{path}: no qrels for split {split!r} (qrels/{split}.tsv). Available splits: "
+            f"{_available_splits(path) or 'none'}."
+        )
+    return path
+
+
 def load_beir(
     folder: str | os.PathLike,
     split: str = "test",
@@ -309,17 +331,7 @@ def load_beir(
         InputFileError: (a ``ValueError``) a line that is not what BEIR's format holds, an empty corpus, no
             judgements, or missing ids (see :func:`validate_retrieval_data`); the message names the file and line.
     """
-    path = Path(folder)
-    if not path.is_dir():
-        raise FileNotFoundError(f"BEIR dataset folder {str(path)!r} does not exist or is not a folder.")
-    for fname in ("corpus.jsonl", "queries.jsonl"):
-        if not (path / fname).is_file():
-            raise FileNotFoundError(f"{path} is not a BEIR folder: {fname} is missing.")
-    if not (path / "qrels" / f"{split}.tsv").is_file():
-        raise FileNotFoundError(
-            f"{path}: no qrels for split {split!r} (qrels/{split}.tsv). Available splits: "
-            f"{_available_splits(path) or 'none'}."
-        )
+    path = check_beir_folder(folder, split)
     if on_missing not in MISSING_POLICIES:
         raise ValueError(f"on_missing must be one of {MISSING_POLICIES}, got {on_missing!r}")
     qrels_file = path / "qrels" / f"{split}.tsv"

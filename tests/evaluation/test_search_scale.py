@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers.extras import need_extra
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -270,7 +271,7 @@ def test_encode_to_store_with_st_multi_process_pool(tiny_model, sentences, tmp_p
 
 
 def test_faiss_inner_product_keeps_qnorm_scores():
-    pytest.importorskip("faiss", exc_type=ImportError)
+    need_extra("faiss")
     from st_magnitude.evaluation import ann_search
 
     # Given qnorm scoring on documents with very different norms

@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 from conftest import TINY_TRANSFORMER
+from helpers.extras import need_extra
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -518,7 +519,7 @@ def test_cache_grad_false_keeps_loss_and_retriever_gradient(tiny_model):
 
 
 def test_lora_lm_via_peft_trains_and_checkpoints_adapters(tiny_model, sentences, tmp_path):
-    peft = pytest.importorskip("peft", reason="optional extra: pip install peft")
+    peft = need_extra("peft")
     lm = peft.get_peft_model(
         build_tiny_llama(), peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     )

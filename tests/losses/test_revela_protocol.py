@@ -11,6 +11,7 @@ import copy
 import pytest
 import torch
 from conftest import TINY_TRANSFORMER
+from helpers.extras import need_extra
 from test_revela_loss import TEXTS, build_tiny_llama, count_calls, lm_batch
 
 from st_magnitude.losses.revela import RevelaLoss
@@ -62,7 +63,7 @@ def test_reentrant_lm_checkpointing_is_rejected():
 
 
 def test_lm_gradient_checkpointing_with_a_lora_lm():
-    peft = pytest.importorskip("peft", reason="optional extra: pip install peft")
+    peft = need_extra("peft")
     ids, mask = lm_batch()
     grads = []
     for checkpointing in (False, True):
@@ -390,7 +391,7 @@ def test_decoder_retriever_pools_the_normalized_eos_state(tiny_decoder_dir):
 def test_revela_trains_lora_on_a_decoder_retriever_and_a_lora_lm(tmp_path, tiny_decoder_dir):
     """The paper's setup at toy size: decoder retriever (EOS pooling, prompts) + LoRA on both models, LM gradient
     checkpointing, LM clipping and diagnostics, through the Trainer. Only the adapters change."""
-    pytest.importorskip("peft", reason="optional extra: pip install peft")
+    need_extra("peft")
     import peft
     from transformers import AutoTokenizer
 

@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from conftest import build_tiny_st
 from helpers.deploy_kit import TOY_DOCS, TOY_QUERIES
+from helpers.extras import need_extra
 
 from st_magnitude import apply_similarity
 from st_magnitude.serving.agreement import reference_ranking
 
-lancedb = pytest.importorskip("lancedb", reason="lancedb is not installed (pip install 'st-magnitude[deploy]')")
+lancedb = need_extra("lancedb")
 pa = pytest.importorskip("pyarrow")
 
 pytestmark = pytest.mark.filterwarnings("ignore::st_magnitude.MagnitudeCollapseWarning")

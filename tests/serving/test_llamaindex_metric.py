@@ -13,11 +13,12 @@ import warnings
 import pytest
 from conftest import build_tiny_st
 from helpers.deploy_kit import TOY_DOCS, TOY_QUERIES
+from helpers.extras import need_extra
 
 from st_magnitude import apply_similarity
 from st_magnitude.serving.agreement import reference_ranking, top_k_agreement
 
-pytest.importorskip("llama_index.core", reason="llama-index-core is not installed")
+need_extra("llama_index.core")
 pytestmark = pytest.mark.filterwarnings("ignore::st_magnitude.MagnitudeCollapseWarning")
 
 

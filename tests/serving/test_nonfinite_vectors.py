@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from conftest import build_tiny_st
+from helpers.extras import need_extra
 
 from st_magnitude import apply_similarity
 
@@ -52,7 +53,7 @@ def test_shared_check_names_index_and_id():
 
 
 def test_langchain_refuses(poisoned):
-    pytest.importorskip("langchain_core", reason="langchain-core is not installed")
+    need_extra("langchain_core")
     from st_magnitude.serving.langchain import MagnitudeLangChainEmbeddings
 
     emb = MagnitudeLangChainEmbeddings(poisoned)
@@ -64,7 +65,7 @@ def test_langchain_refuses(poisoned):
 
 
 def test_llamaindex_refuses(poisoned):
-    pytest.importorskip("llama_index.core", reason="llama-index-core is not installed")
+    need_extra("llama_index.core")
     from st_magnitude.serving.llamaindex import MagnitudeLlamaIndexEmbedding
 
     emb = MagnitudeLlamaIndexEmbedding(poisoned)
@@ -75,7 +76,7 @@ def test_llamaindex_refuses(poisoned):
 
 
 def test_haystack_refuses_instead_of_ranking_the_bad_document_first(poisoned):
-    pytest.importorskip("haystack", reason="haystack-ai is not installed")
+    need_extra("haystack")
     from haystack import Document
 
     from st_magnitude.serving.haystack import MagnitudeHaystackDocumentEmbedder, MagnitudeHaystackTextEmbedder
@@ -88,7 +89,7 @@ def test_haystack_refuses_instead_of_ranking_the_bad_document_first(poisoned):
 
 
 def test_lancedb_refuses_at_once(poisoned, tmp_path):
-    lancedb = pytest.importorskip("lancedb", reason="lancedb is not installed")
+    lancedb = need_extra("lancedb")
     from lancedb.pydantic import LanceModel, Vector
 
     from st_magnitude.serving.lancedb import lancedb_embedding_function

@@ -12,6 +12,9 @@ import os
 
 import pytest
 from conftest import build_tiny_st
+from helpers.onnx_marks import ONNX_MARKS
+
+pytestmark = ONNX_MARKS  # the export needs onnx (pip install 'st-magnitude[deploy]')
 
 
 @pytest.fixture(scope="module")
