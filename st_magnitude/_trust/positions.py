@@ -51,7 +51,7 @@ def position_limit(config: Any) -> tuple[int, str] | None:
     if positions is None or positions < 1:
         return None
     model_type = config.get("model_type")
-    if model_type in PADDING_OFFSET_TYPES:
+    if isinstance(model_type, str) and model_type in PADDING_OFFSET_TYPES:
         pad = _int(config.get("pad_token_id"))
         offset = (pad if pad is not None and pad >= 0 else 1) + 1
         if positions - offset >= 1:

@@ -31,8 +31,9 @@ DTYPE_BYTES = {
 MAX_HEADER = 100_000_000  # the reference implementation's limit
 
 
-def check_safetensors(path: str | os.PathLike) -> None:
-    """Raise :class:`InputFileError` naming ``path`` unless its header is whole and consistent (module docstring)."""
+def check_safetensors(path: str | os.PathLike) -> dict[str, list[int]]:
+    """Raise :class:`InputFileError` naming ``path`` unless its header is whole and consistent (module docstring);
+    return the shape of every tensor it holds, by name."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -54,6 +55,7 @@ def check_safetensors(path: str | os.PathLike) -> None:
     _check_tree(header, path, None, 8)
     tensors = Fields(header, path, what="the safetensors header")
     data = size - 8 - n
+    shapes: dict[str, list[int]] = {}
     for name in tensors.keys():
         if name == "__metadata__":
             continue
@@ -74,3 +76,5 @@ def check_safetensors(path: str | os.PathLike) -> None:
                 f"hold {end - begin} bytes, but a {dtype} tensor of shape {shape} needs "
                 f"{DTYPE_BYTES[dtype] * math.prod(shape)}",
             )
+        shapes[name] = shape
+    return shapes

@@ -12,7 +12,12 @@ OUTPUTS = {"output": "folder"}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="saved SentenceTransformer folder")
-    add_option(p, "--output", help="write the stripped copy here (default: edit in place, atomically)")
+    add_option(
+        p,
+        "--output",
+        help="write the stripped copy here (default: edit in place, atomically; a link to a model folder, or a path "
+        "through '..', edits the folder it leads to)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,8 +27,8 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"{args.model} is not a saved SentenceTransformer folder (no modules.json)")
     if args.output:
         check_output_dir(args.output, "--output", must_be_empty=True)
-    else:  # in place: the edited copy is staged beside the folder, then renamed over it
-        check_output_dir(Path(args.model).absolute().parent, "the folder holding the model")
+    else:  # in place: the edited copy is staged beside the folder (links and '..' resolved), then swapped with it
+        check_output_dir(Path(args.model).resolve().parent, "the folder holding the model")
     from st_magnitude.model.convert import strip_normalize
 
     path = strip_normalize(Path(args.model), None if args.output is None else Path(args.output))

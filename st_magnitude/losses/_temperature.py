@@ -62,16 +62,18 @@ class LearnableScale(nn.Module):
 
     def __init__(self, init_scale: float, max_scale: float = MAX_SCALE, min_scale: float = MIN_SCALE) -> None:
         super().__init__()
-        if not (math.isfinite(min_scale) and math.isfinite(max_scale) and 0 < min_scale <= max_scale):
-            raise ValueError(
-                f"need 0 < min_scale ≤ max_scale < inf, got min_scale={min_scale!r}, max_scale={max_scale!r}"
-            )
-        if not (math.isfinite(init_scale) and min_scale <= init_scale <= max_scale):
+        # every bound in SAFE_RANGE (the losses' one scale check): exp of its logarithm stays finite in float32
+        min_scale = positive_finite("min_scale", min_scale, learnable=False)
+        max_scale = positive_finite("max_scale", max_scale, learnable=False)
+        if not min_scale <= max_scale:
+            raise ValueError(f"need min_scale ≤ max_scale, got min_scale={min_scale!r}, max_scale={max_scale!r}")
+        init = positive_finite("init_scale", init_scale, learnable=False)
+        if not min_scale <= init <= max_scale:
             raise ValueError(f"init_scale must lie in [{min_scale:g}, {max_scale:g}], got {init_scale!r}")
         self.max_scale = float(max_scale)
         self.min_scale = float(min_scale)
-        self.init_scale = float(init_scale)
-        self.log_scale = nn.Parameter(torch.tensor(math.log(init_scale), dtype=torch.float32))
+        self.init_scale = float(init)
+        self.log_scale = nn.Parameter(torch.tensor(math.log(init), dtype=torch.float32))
 
     def clamp_(self) -> None:
         """Pull ``log_scale`` back into ``[ln min_scale, ln max_scale]`` in place (a no-op unless the last step
@@ -87,12 +89,22 @@ class LearnableScale(nn.Module):
 
     @property
     def value(self) -> float:
-        """The current (clamped) scale as a float."""
-        return min(max(math.exp(float(self.log_scale.detach())), self.min_scale), self.max_scale)
+        """The current (clamped) scale as a float: the logarithm is clamped first, so no ``log_scale`` (``±inf``,
+        ``1e30``, one an optimizer step overshot to) overflows; a NaN ``log_scale`` (a diverged step) is a
+        ``ValueError`` naming it, never a NaN scale."""
+        log = float(self.log_scale.detach())
+        if math.isnan(log):
+            raise ValueError(
+                "LearnableScale.log_scale is NaN (a diverged optimizer step, or a NaN gradient): it has no scale; "
+                "restore a checkpoint, or lower the learning rate of log_scale"
+            )
+        scale = math.exp(min(max(log, math.log(self.min_scale)), math.log(self.max_scale)))  # cannot overflow
+        return min(max(scale, self.min_scale), self.max_scale)  # exactly the bound there (exp∘log is off by an ulp)
 
     def extra_repr(self) -> str:
+        shown = "nan" if math.isnan(float(self.log_scale.detach())) else f"{self.value:.4g}"
         return (
-            f"scale={self.value:.4g}, init_scale={self.init_scale:g}, min_scale={self.min_scale:g}, "
+            f"scale={shown}, init_scale={self.init_scale:g}, min_scale={self.min_scale:g}, "
             f"max_scale={self.max_scale:g}"
         )
 

@@ -307,7 +307,9 @@ def strip_normalize(
     loading any weights (``output_path`` = where to write the stripped copy; ``None`` edits the folder in place,
     atomically: the edited copy is built beside it and swapped in with one atomic exchange, so the folder names a
     complete model at every instant; where the platform cannot swap atomically, in place is refused; returns the
-    folder's path). Every path the folder names must stay inside it (``UnsafeModelPathError`` otherwise).
+    folder's path). The folder is taken with links and ``..`` resolved: a symlink to a model folder (or
+    ``MODEL/sub/..``) strips the folder it leads to, and the link stays a link to it. Every path the folder names
+    must stay inside it (``UnsafeModelPathError`` otherwise).
 
     Warns with :class:`MagnitudeCollapseWarning`: a cosine-pretrained model's norms were never trained, and
     fine-tuning it with a magnitude-keeping similarity on little data can collapse (paper 000 App. F, N.3).
@@ -374,10 +376,29 @@ def _link_or_copy(src: str, dst: str) -> str:
     return dst
 
 
+def _copy_error(src: Path, exc: shutil.Error) -> OSError:
+    """``shutil.copytree``'s error (a list of every file that failed, thousands of characters) as one line: how many
+    files failed and the first of them."""
+    failed = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+    first = failed[0] if failed and isinstance(failed[0], tuple) and len(failed[0]) == 3 else None
+    detail = f"the first, {first[0]}: {' '.join(str(first[2]).split())}" if first else " ".join(str(exc).split())
+    return OSError(
+        f"cannot copy the model {src}: {len(failed) or 'some'} file(s) failed ({detail[:300]}); nothing was written"
+    )
+
+
 def _strip_normalize_folder(src: Path, dst: Path | None, similarity_fn_name: str, warn: bool) -> Path:
     """Strip a saved folder. The edit is planned (and every folder it would delete checked) on ``src`` before any
     write, then made on a staging copy beside the target, which is renamed into place, so a failure at any step
     leaves the original (or no output) behind, never a half-edited model."""
+    # the folder itself, links and ``..`` resolved: ``strip LINK`` strips the folder LINK leads to (the link stays a
+    # link to it), and ``MODEL/sub/..`` is MODEL, so the staging folder lies beside the model, never inside it
+    try:
+        src = src.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise FileNotFoundError(f"{src} is not a saved SentenceTransformer folder ({exc})") from None
+    if src.parent == src:
+        raise ValueError(f"cannot strip {src}: the root folder has no folder beside it to stage the edit in")
     modules_file = src / "modules.json"
     if not modules_file.is_file():
         raise FileNotFoundError(f"{src} is not a saved SentenceTransformer folder (no modules.json)")
@@ -401,7 +422,12 @@ def _strip_into(src: Path, dst: Path | None, stage: Path, plan: StripPlan, simil
     """Build the stripped copy in ``stage`` and put it in place: exchanged with ``src``, or renamed to ``dst``."""
     try:
         # in place: hard links are safe (the original folder is discarded); a copy elsewhere gets its own files
-        shutil.copytree(src, stage, dirs_exist_ok=True, copy_function=_link_or_copy if dst is None else shutil.copy2)
+        try:
+            shutil.copytree(
+                src, stage, dirs_exist_ok=True, copy_function=_link_or_copy if dst is None else shutil.copy2
+            )
+        except shutil.Error as exc:
+            raise _copy_error(src, exc) from None
         apply_strip_plan(plan, stage, similarity_fn_name)
         if dst is None:
             try:  # one atomic swap: ``src`` names a complete model (the old or the stripped one) at every instant

@@ -15,10 +15,13 @@ leaves (``.OUT.XXXXXXXX.partial``) is removed by the next export to ``OUT`` (eac
 so one that nobody holds is stale); a model whose weights hold NaN or inf is refused before anything is written.
 Both graphs carry one identity (a hash of the model's weights and the export settings), and the folder's
 ``st_magnitude_onnx.json`` records it with the sha256 of every file the export wrote
-(:mod:`st_magnitude.serving.onnx_config`). :class:`OnnxEncoder` trusts the files, not the stamp: it refuses a file
-whose digest differs (a changed tokenizer, another export's graph with the stamp copied over), a file the export did
-not write, a link leading outside the folder, a config that does not match the graphs, a provider ONNX Runtime does
-not have, and a vector with NaN or inf at encode, each naming the file, key or text.
+(:mod:`st_magnitude.serving.onnx_config`), and the backbone's position limit (the most tokens its position embeddings
+take), also stamped in both graphs. :class:`OnnxEncoder` trusts the files, not the stamp: it refuses a file whose
+digest differs (a changed tokenizer, another export's graph with the stamp copied over), a file the export did not
+write, a link leading outside the folder, a graph ONNX Runtime cannot load (truncated, with its digest recorded
+anew), a config that does not match the graphs (a ``max_seq_length`` beyond the recorded position limit, a limit
+other than the graphs'), a provider ONNX Runtime does not have, and a vector with NaN or inf at encode, each naming
+the file, key or text.
 
 Not carried into the graph: the :class:`~st_magnitude.NormBoundWarning` of an augmented model (the graph still
 clamps the extra coordinate at 0), and ``encode``'s ``normalize_embeddings`` / ``truncate_dim`` options (a converted
@@ -43,7 +46,7 @@ from torch import nn
 from st_magnitude._trust import InputFileError, file_digests, write_json_atomic
 from st_magnitude._trust.outputs import output_path
 from st_magnitude._trust.stages import held_stage
-from st_magnitude.model.seq_length import check_model_max_seq_length
+from st_magnitude.model.seq_length import backbone_limit, check_model_max_seq_length
 from st_magnitude.serving._encode import check_finite
 from st_magnitude.serving.metric import import_stack
 from st_magnitude.serving.onnx_config import (
@@ -124,12 +127,15 @@ def export_onnx(
     target = _new_or_empty(output_path(folder))  # OUT/sub/.. is OUT: the final rename names the folder itself
     tokenizer, max_len = _tokenizer(model)
     check_model_max_seq_length(model, max_len, "export_onnx: the model's max_seq_length")
+    limit = backbone_limit(model)
+    position_limit = None if limit is None else limit[0]  # recorded, so a load can refuse a longer max_seq_length
     settings = {
         "opset": opset,
         "optimize": bool(optimize),
         "quantize": quantize,
         "keep_f32": keep_f32,
         "max_seq_length": max_len,
+        "position_limit": position_limit,
     }
     identity = model_identity(model, settings)
     with _staged(target) as stage:
@@ -146,11 +152,12 @@ def export_onnx(
                 fuse(stage / file, model)
             if quantize == "int8":
                 quantize_int8(stage / file, keep_f32)
-            stamp(stage / file, identity, role)
+            stamp(stage / file, identity, role, position_limit)
         tokenizer.save_pretrained(str(stage))
         config = {
             "inputs": names,
             "max_seq_length": max_len,
+            "position_limit": position_limit,
             "dimension": model.get_embedding_dimension(),
             "similarity": getattr(model, "similarity_fn_name", None),
             "optimize": bool(optimize),
@@ -274,9 +281,10 @@ class OnnxEncoder:
         threads: intra-op threads when ``session_options`` is ``None`` (``None``: ONNX Runtime's default).
 
     Raises:
-        InputFileError: the config is malformed or does not match the graphs; a file's sha256 is not the one the
-            config records, a file is missing, added or linked outside the folder; a graph's identity or role is
-            not the one the config records (a graph from another export or model).
+        InputFileError: the config is malformed or does not match the graphs (a ``max_seq_length`` beyond its
+            ``position_limit``, a ``position_limit`` other than the graphs'); a file's sha256 is not the one the
+            config records, a file is missing, added or linked outside the folder; a graph ONNX Runtime cannot load;
+            a graph's identity or role is not the one the config records (a graph from another export or model).
         ValueError: a provider this ONNX Runtime does not have (the message lists those it has); at encode, a text
             whose vector holds NaN or inf.
     """
@@ -306,7 +314,7 @@ class OnnxEncoder:
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.sessions = {}
         for role, file in ROLE_GRAPHS.items():
-            session = ort.InferenceSession(blobs[file], sess_options=session_options, providers=providers)
+            session = _session(ort, folder / file, blobs[file], session_options, providers)
             started = session.get_providers()
             if _provider_name(providers[0]) not in started:
                 raise ValueError(
@@ -318,7 +326,7 @@ class OnnxEncoder:
 
     def _check(self, session: Any, folder: Path, file: str, role: str) -> None:
         path = folder / file
-        identity, graph_role = stamp_of(session)
+        identity, graph_role, graph_limit = stamp_of(session)
         expected = self.config["identity"]
         if identity != expected:
             found = "no identity" if identity is None else f"identity {identity[:12]}…"
@@ -329,6 +337,13 @@ class OnnxEncoder:
             )
         if graph_role != role:
             raise InputFileError(path, f"is the {graph_role!r} graph, not the {role!r} one")
+        limit = self.config["position_limit"]
+        if graph_limit != ("none" if limit is None else str(limit)):
+            raise InputFileError(
+                folder / CONFIG,
+                f"key 'position_limit': is {limit}, but {file} was exported for a backbone of position limit "
+                f"{graph_limit}; re-export the model",
+            )
         names = [i.name for i in session.get_inputs()]
         if sorted(names) != sorted(self.config["inputs"]):
             raise InputFileError(path, f"takes inputs {names}, not the {self.config['inputs']} {CONFIG} records")
@@ -358,7 +373,7 @@ class OnnxEncoder:
                 [texts[i] for i in idx],
                 padding=True,
                 truncation=True,
-                max_length=self.config["max_seq_length"],
+                max_length=self.config["max_seq_length"] or self.config["position_limit"],
                 return_tensors="np",
             )
             feeds = {k: batch[k].astype(np.int64) for k in self.config["inputs"]}
@@ -370,6 +385,26 @@ class OnnxEncoder:
 
     def encode_document(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         return self._encode("document", texts, batch_size)
+
+
+#: what ONNX Runtime raises for a graph it cannot read or check (a truncated or corrupt file); a provider that fails
+#: to start raises another class and is not taken for a broken file
+_BROKEN_GRAPH = ("InvalidProtobuf", "InvalidGraph", "InvalidArgument", "Fail", "NotImplemented", "NoModel")
+
+
+def _session(ort: Any, path: Path, blob: bytes, session_options: Any, providers: list[Any]) -> Any:
+    """An ONNX Runtime session of the graph ``blob`` read from ``path``; :class:`InputFileError` naming ``path``, in
+    one line, when ONNX Runtime cannot load it (its digest matched: the file was truncated or corrupted and the digest
+    recorded anew)."""
+    state = ort.capi.onnxruntime_pybind11_state
+    broken = tuple(getattr(state, name) for name in _BROKEN_GRAPH if isinstance(getattr(state, name, None), type))
+    try:
+        return ort.InferenceSession(blob, sess_options=session_options, providers=providers)
+    except broken as exc:
+        detail = " ".join(str(exc).split())[:300]
+        raise InputFileError(
+            path, f"is not a graph ONNX Runtime can load ({detail}); a truncated or corrupt file: re-export the model"
+        ) from None
 
 
 def _kind(value: Any) -> str:

@@ -1,10 +1,13 @@
 """An ONNX export's ``st_magnitude_onnx.json``: what :func:`~st_magnitude.serving.onnx.export_onnx` records and what
 :class:`~st_magnitude.serving.onnx.OnnxEncoder` checks before it trusts a file of the export.
 
-The config records the graphs' inputs, the tokenizer's ``max_seq_length``, the vector ``dimension``, the model's
-``similarity`` and the export settings, the identity both graphs carry in their metadata, and ``files``: the sha256
-of every other file the export wrote (both graphs, every tokenizer file). :func:`read_export_config` checks each key
-(type, range, choices; a ``keep_f32`` that is a regular expression, and empty unless ``quantize`` is ``int8``);
+The config records the graphs' inputs, the tokenizer's ``max_seq_length``, the ``position_limit`` of the backbone
+(the most tokens its position embeddings take, :func:`~st_magnitude._trust.positions.position_limit`; ``null`` when
+its config states none), the vector ``dimension``, the model's ``similarity`` and the export settings, the identity
+both graphs carry in their metadata, and ``files``: the sha256 of every other file the export wrote (both graphs,
+every tokenizer file). :func:`read_export_config` checks each key
+(type, range, choices; a ``keep_f32`` that is a regular expression, and empty unless ``quantize`` is ``int8``; a
+``max_seq_length`` within ``position_limit``, so a longer text is truncated instead of failing inside ONNX Runtime);
 :func:`read_export_files` then reads the folder through
 :func:`~st_magnitude._trust.digests.read_recorded_files` (exactly the recorded files, none linked outside, each with
 its recorded digest) and parses every tokenizer JSON file with the trust boundary's reader, so a broken one is named
@@ -26,6 +29,7 @@ from st_magnitude._trust import (
     read_recorded_files,
 )
 from st_magnitude._trust.json_files import NAME_PATTERN
+from st_magnitude._trust.positions import check_max_seq_length
 from st_magnitude.serving.onnx_graphs import QUANTIZATIONS
 
 __all__ = ["CONFIG", "INPUTS", "ROLE_GRAPHS", "SIMILARITY_FN_NAMES", "read_export_config", "read_export_files"]
@@ -40,6 +44,7 @@ SIMILARITY_FN_NAMES = ("cosine", "dot", "euclidean", "manhattan")
 _KEYS = (
     "inputs",
     "max_seq_length",
+    "position_limit",
     "dimension",
     "similarity",
     "optimize",
@@ -94,9 +99,18 @@ def read_export_config(folder: str | Path) -> dict[str, Any]:
         raise f.error("keep_f32", f"must be '' when 'quantize' is {quantize!r} (only int8 keeps nodes in float32)")
     if "files" not in f:
         raise f.error("files", "is missing: this export records no digests of its files; re-export the model")
+    if "position_limit" not in f:
+        raise f.error(
+            "position_limit", "is missing: this export records no position limit of its backbone; re-export the model"
+        )
+    limit = f.get("position_limit", (int, type(None)), lo=1)
+    recorded = None if limit is None else (limit, "its key 'position_limit', recorded at export")
     return {
         "inputs": f.get("inputs", list, check=_inputs_ok),
-        "max_seq_length": f.get("max_seq_length", (int, type(None)), lo=1),
+        "max_seq_length": f.get(
+            "max_seq_length", (int, type(None)), lo=1, check=lambda v: check_max_seq_length(v, recorded)
+        ),
+        "position_limit": limit,
         "dimension": f.get("dimension", int, lo=1),
         "similarity": f.get("similarity", (str, type(None)), None, choices=(*SIMILARITY_FN_NAMES, None)),
         "optimize": f.get("optimize", bool),

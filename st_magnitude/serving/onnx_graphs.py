@@ -7,8 +7,8 @@
 * :func:`quantize_int8` quantizes the weights of the ``MatMul`` and ``Attention`` nodes per output channel to int8
   (``onnxruntime.quantization.quantize_dynamic``; activations are quantized per tensor at run time), leaving the
   nodes :data:`KEEP_F32` names in float32.
-* :func:`stamp` / :func:`stamp_of` write and read the identity and role a graph carries in its metadata, which
-  :class:`~st_magnitude.serving.onnx.OnnxEncoder` checks against the identity the export's config records.
+* :func:`stamp` / :func:`stamp_of` write and read the identity, role and position limit a graph carries in its
+  metadata, which :class:`~st_magnitude.serving.onnx.OnnxEncoder` checks against those the export's config records.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ OPSET_RANGE = (14, 20)
 #: metadata keys every exported graph carries
 IDENTITY_KEY = "st_magnitude.identity"
 ROLE_KEY = "st_magnitude.role"
+POSITION_LIMIT_KEY = "st_magnitude.position_limit"
 #: nodes ``quantize_int8`` leaves in float32 (a regular expression on node names): the second feed-forward matrix of
 #: every layer, whose input (after GELU) has the outliers that per-tensor int8 activations lose most to
 KEEP_F32 = r"/layer\.\d+/output/dense/MatMul$"
@@ -102,21 +103,24 @@ def quantize_int8(path: Path, keep_f32: str = KEEP_F32) -> list[str]:
     return kept
 
 
-def stamp(path: Path, identity: str, role: str) -> None:
-    """Write ``identity`` and ``role`` into the metadata of the graph at ``path``."""
+def stamp(path: Path, identity: str, role: str, position_limit: int | None = None) -> None:
+    """Write ``identity``, ``role`` and the backbone's ``position_limit`` (``"none"`` for ``None``) into the metadata
+    of the graph at ``path``."""
     import onnx
 
+    keys = (IDENTITY_KEY, ROLE_KEY, POSITION_LIMIT_KEY)
     graph = onnx.load(str(path))
-    kept = [p for p in graph.metadata_props if p.key not in (IDENTITY_KEY, ROLE_KEY)]
+    kept = [p for p in graph.metadata_props if p.key not in keys]
     del graph.metadata_props[:]
     graph.metadata_props.extend(kept)
-    for key, value in ((IDENTITY_KEY, identity), (ROLE_KEY, role)):
+    for key, value in zip(keys, (identity, role, "none" if position_limit is None else str(position_limit))):
         entry = graph.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.save(graph, str(path))
 
 
-def stamp_of(session: Any) -> tuple[str | None, str | None]:
-    """(identity, role) an ONNX Runtime session's graph carries, ``None`` where missing."""
+def stamp_of(session: Any) -> tuple[str | None, str | None, str | None]:
+    """(identity, role, position limit as written) an ONNX Runtime session's graph carries, ``None`` where
+    missing."""
     meta = session.get_modelmeta().custom_metadata_map
-    return meta.get(IDENTITY_KEY), meta.get(ROLE_KEY)
+    return meta.get(IDENTITY_KEY), meta.get(ROLE_KEY), meta.get(POSITION_LIMIT_KEY)

@@ -205,3 +205,82 @@ def test_a_text_that_is_no_string_is_named_by_its_index(export_a):
         enc.encode_query([None, "a"])
     with pytest.raises(ValueError, match=r"the document at index 1 is int 5, not a string"):
         enc.encode_document(["a", 5])
+
+
+# --- the position limit and graphs ONNX Runtime cannot load ------------------------------------------------------
+
+LONG_TEXT = " ".join(["vitamin"] * 200)  # far more tokens than the tiny backbone's 128 positions
+
+
+def test_the_export_records_the_backbones_position_limit_in_the_config_and_the_graphs(export_a):
+    import onnx
+
+    _, folder = export_a
+    assert json.loads((folder / CONFIG).read_text())["position_limit"] == 128  # the tiny BERT's positions
+    for graph in ("query.onnx", "document.onnx"):
+        meta = {p.key: p.value for p in onnx.load(str(folder / graph), load_external_data=False).metadata_props}
+        assert meta["st_magnitude.position_limit"] == "128"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # a longer max_seq_length than the positions: before, accepted, and the first long text failed in ONNX Runtime
+        ({"max_seq_length": 10**9}, r"key 'max_seq_length': is 1000000000, more than the 128 tokens .*: 1 to 128"),
+        ({"max_seq_length": 129}, r"key 'max_seq_length': is 129, more than the 128 tokens"),
+        # the limit rewritten with it: the graphs carry the one they were exported with
+        ({"max_seq_length": 10**9, "position_limit": 10**9}, r"key 'position_limit': is 1000000000, but query\.onnx"),
+        ({"position_limit": 2**63}, r"key 'position_limit': is 9223372036854775808, but query\.onnx .* 128"),
+        ({"position_limit": None}, r"key 'position_limit': is None, but query\.onnx .* 128"),
+        ({"position_limit": 0}, r"key 'position_limit': must be ≥ 1, got 0"),
+        ({"position_limit": -1}, r"key 'position_limit': must be ≥ 1, got -1"),
+        ({"position_limit": "128"}, r"key 'position_limit': must be an integer or null, got a string '128'"),
+        ({"position_limit": 128.0}, r"key 'position_limit': must be an integer or null, got a number 128\.0"),
+        ({"position_limit": True}, r"key 'position_limit': must be an integer or null, got a boolean True"),
+        ({"max_seq_length": True}, r"key 'max_seq_length': must be an integer or null, got a boolean True"),
+    ],
+)
+def test_a_max_seq_length_beyond_the_recorded_position_limit_is_refused_at_load(copy_a, change, message):
+    from st_magnitude.serving.onnx import OnnxEncoder
+
+    edit_config(copy_a, **change)
+    with pytest.raises(InputFileError, match=r"st_magnitude_onnx\.json: " + message):
+        OnnxEncoder(copy_a)
+
+
+def test_an_export_that_records_no_position_limit_is_refused(copy_a):
+    from st_magnitude.serving.onnx import OnnxEncoder
+
+    config = json.loads((copy_a / CONFIG).read_text())
+    del config["position_limit"]
+    config["max_seq_length"] = 10**9
+    (copy_a / CONFIG).write_text(json.dumps(config))
+    with pytest.raises(InputFileError, match=r"key 'position_limit': is missing: .*re-export the model"):
+        OnnxEncoder(copy_a)
+
+
+def test_the_recorded_limit_truncates_when_the_config_states_no_max_seq_length(copy_a):
+    from st_magnitude.serving.onnx import OnnxEncoder
+
+    edit_config(copy_a, max_seq_length=None)  # allowed (a tokenizer without a length): the positions still bound it
+    vectors = OnnxEncoder(copy_a).encode_document([LONG_TEXT, "a short one"])
+    assert vectors.shape == (2, 32) and np.isfinite(vectors).all()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["empty", "one byte", "half", "all but one byte", "junk appended"],
+)
+def test_a_graph_onnx_runtime_cannot_load_is_one_line_naming_it_even_with_its_digest_recorded_anew(copy_a, damage):
+    from st_magnitude.serving.onnx import OnnxEncoder
+
+    path = copy_a / "document.onnx"
+    raw = path.read_bytes()
+    cut = {"empty": b"", "one byte": raw[:1], "half": raw[: len(raw) // 2], "all but one byte": raw[:-1]}
+    path.write_bytes(cut.get(damage, raw + b"\xff\xff\xff"))
+    reseal(copy_a)  # the digest matches the damaged file: ONNX Runtime is the first to read it
+    with pytest.raises(InputFileError) as caught:
+        OnnxEncoder(copy_a)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: is not a graph ONNX Runtime can load") and "re-export" in message
+    assert "\n" not in message and len(message) < 600

@@ -169,6 +169,8 @@ class QueryPools:
 #: integer) as little-endian uint32, its four byte planes one after another (the high planes are mostly zero and pack
 #: well), zlib-compressed, base64
 COMPACT_POOLS = "pair_counts/2x-u32-planes-zlib-base64"
+#: the largest pool size a stored pool may record: the sizes are used as float64, which holds integers exactly to 2^53
+MAX_POOL_SIZE = 2**53
 
 
 def compact_pools(pools: dict[str, list], n_queries: int) -> dict[str, Any]:
@@ -207,9 +209,12 @@ def _unpack_pools(pools: dict[str, Any]) -> QueryPools:
         if not (
             isinstance(v, list)
             and len(v) == q
-            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+            and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_POOL_SIZE for x in v)
         ):
-            raise ValueError(f"auc_pools.{key} must be a list of {q} non-negative integers")
+            raise ValueError(
+                f"auc_pools.{key} must be a list of {q} non-negative integers (at most 2^53, what a float64 holds "
+                "exactly)"
+            )
         sizes.append(np.asarray(v, dtype=float))
     try:
         planes = unpack_bytes(pools.get("pair_counts"), 4 * q * q)

@@ -18,6 +18,7 @@ from st_magnitude._trust.errors import InputFileError
 from st_magnitude._trust.gzip_json import read_json_gz, write_json_gz_atomic
 from st_magnitude.lab.replication.common import pooled_auc_statistic
 from st_magnitude.lab.replication.item_values import check_item_values
+from st_magnitude.lab.replication.pool_sizes import check_pool_sizes
 
 __all__ = [
     "FORMAT",
@@ -141,5 +142,9 @@ def recompute(summary_path: str | os.PathLike) -> tuple[dict[str, Any], dict[str
 
     summary = read_json(summary_path)
     full = with_items(summary, read_items(items_path(summary_path)))
+    try:
+        check_pool_sizes(full["seeds"], (full.get("settings") or {}).get("auc_negatives"))
+    except ValueError as exc:
+        raise InputFileError(items_path(summary_path), str(exc)) from None
     claim = get_claim(full["claim"])
     return summary, claim.decide(full["seeds"], full["settings"])

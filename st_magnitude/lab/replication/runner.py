@@ -48,6 +48,7 @@ from st_magnitude.lab.replication.claims import get_claim
 from st_magnitude.lab.replication.common import Context
 from st_magnitude.lab.replication.items import PER_ITEM_KEYS, items_path, read_items, with_items, write_items
 from st_magnitude.lab.replication.overrides import apply_overrides
+from st_magnitude.lab.replication.pool_sizes import check_pool_sizes
 from st_magnitude.lab.replication.resume import find_resumable, run_differences
 from st_magnitude.lab.replication.run_file import RULE_INPUT_ERRORS, read_run, refuse_unreadable_decision
 
@@ -401,6 +402,10 @@ def redecide(full_result: str | os.PathLike, results: str | os.PathLike | None =
     is_summary = not has_items(record)
     if is_summary:
         record = _with_evidence(path, record, target)
+    try:  # the pools' sizes against the run's own pooled AUC and setting, naming the file that holds them
+        check_pool_sizes(record["seeds"], (record.get("settings") or {}).get("auc_negatives"))
+    except ValueError as exc:
+        raise InputFileError(items_path(path) if is_summary and has_items(record) else path, str(exc)) from None
     try:
         decide_again(record)
     except InputFileError:

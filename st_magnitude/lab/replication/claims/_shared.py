@@ -8,6 +8,7 @@ import numpy as np
 
 from st_magnitude.evaluation import stats
 from st_magnitude.lab.replication.common import Context, auc_stat, beir_folder, load_eval_set, pooled_auc_statistic
+from st_magnitude.lab.replication.pool_sizes import check_pool_sizes
 
 __all__ = [
     "arm_summary",
@@ -79,6 +80,7 @@ def compare_metric(
 
 def compare_auc(seeds: list[dict], arm_a: str, arm_b: str, dataset: str, n_boot: int = 1000) -> stats.ArmComparison:
     n = len(seeds[0]["arms"][arm_a][dataset]["per_query"]["ndcg@10"])  # every query, even one without pools
+    check_pool_sizes(seeds)  # sizes that are not the scored pools' would move the interval silently
     pools_a = [pooled_auc_statistic(s["arms"][arm_a][dataset]["auc_pools"], n) for s in seeds]
     pools_b = [pooled_auc_statistic(s["arms"][arm_b][dataset]["auc_pools"], n) for s in seeds]
     return stats.compare_arms(
