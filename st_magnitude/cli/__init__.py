@@ -22,9 +22,12 @@ What a command writes is declared in its module's ``OUTPUTS`` (option ``dest`` -
 (:func:`st_magnitude._trust.outputs.removed_on_failure`): a failed or interrupted run takes back the folders it
 created and nothing that existed before it. ``"folder"``: an output folder the run created is removed with what the
 run wrote in it; ``"resumable"``: created folders are removed only when empty (what a killed run wrote is kept to
-resume from); ``"file"``: the empty folders created for the file. Before the command runs, no declared output may be
-the command's model folder (``args.model``) or lie inside it (:func:`~st_magnitude._trust.outputs.check_outside_model`;
-a command lists in ``MAY_BE_THE_MODEL`` an output that may be the model folder itself).
+resume from); ``"file"``: the empty folders created for the file. The folders an output needs are made by that rule
+before the command runs and recorded as this run's, so a failed run never removes a folder another run made (two
+runs to one output). What a command reads is declared in its ``INPUTS`` (option ``dest`` -> the name its refusal
+gives it; ``model`` is always one): before the command runs, no declared output may be, or lie inside, any of them,
+however the path is spelled (:func:`~st_magnitude._trust.outputs.check_outside_inputs`; a command lists in
+``MAY_BE_THE_MODEL`` an output that may be the model folder itself).
 """
 
 from __future__ import annotations
@@ -192,16 +195,18 @@ OUTPUT_KINDS = ("folder", "resumable", "file")
 
 @contextlib.contextmanager
 def _guarded_outputs(args: argparse.Namespace) -> Iterator[None]:
-    """Every output the command ``args.command`` declares in its ``OUTPUTS``: refused when it lies inside the model,
-    then under the one cleanup rule while the command runs."""
-    from st_magnitude._trust.outputs import check_outside_model, removed_on_failure
+    """Every output the command ``args.command`` declares in its ``OUTPUTS``: refused when it is or lies inside the
+    model or another declared input (``INPUTS``), then under the one cleanup rule while the command runs."""
+    from st_magnitude._trust.outputs import check_outside_inputs, removed_on_failure
 
     module = sys.modules.get(f"{__name__}.{args.command}")
     outputs = getattr(module, "OUTPUTS", {})
+    declared = {"model": "model", **getattr(module, "INPUTS", {})}
+    inputs = {name: getattr(args, dest, None) for dest, name in declared.items()}
     for dest in outputs:
         flag = "--" + dest.replace("_", "-")
-        may_be = dest in getattr(module, "MAY_BE_THE_MODEL", ())
-        check_outside_model(getattr(args, "model", None), getattr(args, dest, None), flag, may_be_the_model=may_be)
+        may_be = ("model",) if dest in getattr(module, "MAY_BE_THE_MODEL", ()) else ()
+        check_outside_inputs(inputs, getattr(args, dest, None), flag, may_be=may_be)
     with contextlib.ExitStack() as stack:
         for dest, kind in outputs.items():
             value = getattr(args, dest, None)

@@ -30,6 +30,8 @@ DESCRIPTION = (
 OUTPUTS = {"output": "folder", "json": "file"}
 #: The calibration is saved into the model folder by design (the default): ``--output MODEL`` is that default.
 MAY_BE_THE_MODEL = ("output",)
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"data": "--data"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

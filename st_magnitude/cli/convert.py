@@ -42,6 +42,8 @@ def check_margin(value: float, what: str) -> None:
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"output": "folder"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"norm_texts": "--norm-texts"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -27,6 +27,8 @@ DESCRIPTION = (
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"json": "file"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"data": "--data"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,8 @@ DESCRIPTION = "mteb CLI shim: registers local models and BEIR folders, then runs
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"output": "folder", "prediction_folder": "folder"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"tasks": "--tasks"}
 
 
 def add_arguments(m: argparse.ArgumentParser) -> None:

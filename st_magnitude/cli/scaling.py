@@ -25,6 +25,8 @@ DEFAULT_GROUP_BY = ("recipe", "dataset")
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"json": "file", "plot": "file"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"csv": "CSV"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
