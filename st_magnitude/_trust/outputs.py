@@ -12,11 +12,14 @@ the command runs, and records the identity of each it made; a failed or interrup
 (and an output this run renamed into place from its own staging folder) and nothing else. A folder that existed
 before the run, a folder another run made first (two runs to one output: the loser's failure leaves the winner's
 output), or one replaced since, is never removed; ``-o keep/new/..`` (which names ``keep`` once ``keep/new`` exists)
-can never make it remove ``keep``. A run that succeeds without using a folder it made (still empty) takes it back.
+can never make it remove ``keep`` (the folder ``keep/new`` such a path walks through, absent at the start, is removed
+only while empty: ``rmdir`` cannot take a file with it). A run that succeeds without using a folder it made (still
+empty) takes it back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -200,11 +203,15 @@ def removed_on_failure(path: str | os.PathLike | None, *, keep_contents: bool = 
         yield
         return
     output = Path(path).resolve()
-    made = _make_folders(folders_made_for(path)[::-1])[::-1]  # made shallowest first; taken back deepest first
+    absent = folders_made_for(path)  # deepest first
+    # a folder a ``..`` walks through inside the output (``new`` of ``OUT/new/..``) is not made here: the command
+    # would find its output not empty
+    walked = [f for f in absent if output in f.parents]
+    made = _make_folders([f for f in absent if f not in walked][::-1])[::-1]  # made shallowest first
     try:
         yield
     except BaseException:
-        for folder in made:
+        for folder in made:  # deepest first
             if folder == output and not keep_contents:
                 if made_here(folder):
                     remove_tree(folder)
@@ -212,6 +219,10 @@ def removed_on_failure(path: str | os.PathLike | None, *, keep_contents: bool = 
                     logger.warning("left %s alone: this run did not make it (another run did)", folder)
             elif made_here(folder) and folder.is_dir() and not any(folder.iterdir()):
                 remove_tree(folder, keep_contents=True)
+        for folder in walked:  # absent at the start and still empty: rmdir, which cannot take a file with it
+            with contextlib.suppress(OSError):
+                if not os.path.islink(folder):
+                    folder.rmdir()
         raise
     for folder in made:
         if made_here(folder) and folder.is_dir() and not any(folder.iterdir()):
