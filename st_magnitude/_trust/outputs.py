@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from st_magnitude._trust.owned import made_here, make_dir, remove_tree
+from st_magnitude._trust.owned import hold, made_here, make_dir, remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -173,9 +173,10 @@ def folders_made_for(path: str | os.PathLike) -> list[Path]:
     return sorted(made, key=lambda p: len(p.parts), reverse=True)
 
 
-def _make_folders(folders: list[Path]) -> list[Path]:
-    """Make ``folders`` (shallowest first) with one ``mkdir`` each, recording each as this run's; stop at the first
-    that cannot be made (there already: not this run's; or not makeable: the command says why). Those made."""
+def _make_folders(folders: list[Path], held: list[int]) -> list[Path]:
+    """Make ``folders`` (shallowest first) with one ``mkdir`` each, recording each as this run's and holding a
+    descriptor of it in ``held``; stop at the first that cannot be made (there already: not this run's; or not
+    makeable: the command says why). Those made."""
     made = []
     for folder in folders:
         try:
@@ -185,7 +186,18 @@ def _make_folders(folders: list[Path]) -> list[Path]:
         except OSError:
             break  # under a file, not writable: the command's own checks name it
         made.append(folder)
+        with contextlib.suppress(OSError):
+            held.append(hold(folder))
     return made
+
+
+@contextmanager
+def _closed(fds: list[int]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 @contextmanager
@@ -207,7 +219,14 @@ def removed_on_failure(path: str | os.PathLike | None, *, keep_contents: bool = 
     # a folder a ``..`` walks through inside the output (``new`` of ``OUT/new/..``) is not made here: the command
     # would find its output not empty
     walked = [f for f in absent if output in f.parents]
-    made = _make_folders([f for f in absent if f not in walked][::-1])[::-1]  # made shallowest first
+    held: list[int] = []  # open until the cleanup is done: no other folder can get their inode numbers
+    made = _make_folders([f for f in absent if f not in walked][::-1], held)[::-1]  # made shallowest first
+    with _closed(held):
+        yield from _cleaned(made, walked, output, keep_contents)
+
+
+def _cleaned(made: list[Path], walked: list[Path], output: Path, keep_contents: bool) -> Iterator[None]:
+    """The body of :func:`removed_on_failure` around its ``yield``."""
     try:
         yield
     except BaseException:

@@ -3,7 +3,9 @@
 A run may remove, rename over or write into **only what it made itself**, identified when it made it: right after
 this process's own ``mkdir`` / ``mkdtemp`` / ``open(O_CREAT | O_EXCL)`` / ``rename`` the ``(st_dev, st_ino)`` of
 what it made is recorded here (:func:`record`, :func:`make_dir`, :func:`make_temp_dir`), and compared before any
-removal (:func:`remove_tree`). Anything else -- named like a stage, left by a dead run, made by a concurrent run,
+removal (:func:`remove_tree`). While such an identity matters, the maker keeps a descriptor of it open (a stage's
+``flock``, a lock file's descriptor, :func:`hold`), so the file system cannot give its inode number to another folder
+made after it was removed. Anything else -- named like a stage, left by a dead run, made by a concurrent run,
 reached through a symlink -- is named in one logged warning and left alone.
 
 :func:`remove_tree` never follows a symlink, refuses a folder on another device than its parent (a mount point),
@@ -23,7 +25,7 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Identity", "identity_of", "made_here", "make_dir", "make_temp_dir", "record", "remove_tree"]
+__all__ = ["Identity", "hold", "identity_of", "made_here", "make_dir", "make_temp_dir", "record", "remove_tree"]
 
 #: ``(st_dev, st_ino)``: what names one file or folder while it exists, whatever path leads to it.
 Identity = tuple[int, int]
@@ -63,6 +65,12 @@ def made_here(path: str | os.PathLike) -> bool:
     ident = identity_of(path)
     with _guard:
         return ident is not None and ident in _made
+
+
+def hold(path: str | os.PathLike) -> int:
+    """A descriptor of the folder ``path`` (not followed if a symlink) to keep open while its identity must stay
+    unique: an inode number freed by a removal can be given to the next folder made, but not while it is open."""
+    return os.open(path, _DIR_FLAGS)
 
 
 def make_dir(path: str | os.PathLike) -> Identity:

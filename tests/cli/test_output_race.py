@@ -132,8 +132,12 @@ def test_two_processes_to_one_output_the_loser_leaves_the_winners_output(tmp_pat
     delays = {"a": "0" if first == "a" else "1.5", "b": "0" if first == "b" else "1.5"}
     runs = {
         name: subprocess.Popen(
-            [sys.executable, "-c", _RUN, name, delays[name]], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-c", _RUN, name, delays[name]],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
         for name in ("a", "b")
     }
