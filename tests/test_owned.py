@@ -134,3 +134,18 @@ def test_make_dir_refuses_what_is_there(tmp_path):
     with pytest.raises(FileExistsError):
         make_dir(mine)
     assert not made_here(mine)
+
+
+def test_a_bind_mount_inside_is_not_entered(tmp_path, monkeypatch, caplog):
+    """A bind mount of a folder of the same file system has its parent's ``st_dev``: the mount table tells it."""
+    mine = _precious(tmp_path / "mine")
+    folder = tmp_path / "out"
+    make_dir(folder)
+    (folder / "bind").mkdir()
+    os.link(mine / "thesis.txt", folder / "bind" / "thesis.txt")  # what the bind mount shows: the user's files
+    real = owned._mount_points()
+    monkeypatch.setattr(owned, "_mount_points", lambda: real | {str(folder.resolve() / "bind")})
+    with caplog.at_level(logging.WARNING):
+        assert not remove_tree(folder)
+    assert (folder / "bind" / "thesis.txt").exists()
+    assert any("on another device" in r.getMessage() for r in caplog.records)

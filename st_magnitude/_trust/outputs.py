@@ -108,6 +108,14 @@ def check_outside_model(
     check_outside_inputs({"model": model}, output, what, may_be=("model",) if may_be_the_model else ())
 
 
+def _resolved(path: str | os.PathLike, what: str = "path") -> Path:
+    """``Path(path).resolve()``, a symlink loop on the way one ``ValueError`` naming it (not a traceback)."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError: Python before 3.13 on a loop
+        raise ValueError(f"{what} {os.fspath(path)!r} cannot be resolved: {exc}; remove the symlink loop") from None
+
+
 def _paths(value: object) -> list[str | os.PathLike]:
     if value is None:
         return []
@@ -131,13 +139,13 @@ def check_outside_inputs(
     ``may_be``: names of ``inputs`` the output may *be* (not lie inside)."""
     if output is None:
         return
-    real_output = Path(output).resolve()
+    real_output = _resolved(output, what)
     may_be = set(may_be)
     for name, value in inputs.items():
         for source in _paths(value):
             if not os.path.exists(source):
                 continue
-            real = Path(source).resolve()
+            real = _resolved(source, name)
             kind = "the model folder" if name == "model" else f"{name}"
             advice = (
                 "no command writes inside the model folder it reads: choose a path outside it"
@@ -167,7 +175,7 @@ def folders_made_for(path: str | os.PathLike) -> list[Path]:
         prefix = Path(*parts[:i])
         if prefix.exists():
             continue
-        real = prefix.resolve()
+        real = _resolved(prefix)
         if not os.path.lexists(real):
             made[real] = None
     return sorted(made, key=lambda p: len(p.parts), reverse=True)
@@ -214,7 +222,7 @@ def removed_on_failure(path: str | os.PathLike | None, *, keep_contents: bool = 
     if path is None:
         yield
         return
-    output = Path(path).resolve()
+    output = _resolved(path)
     absent = folders_made_for(path)  # deepest first
     # a folder a ``..`` walks through inside the output (``new`` of ``OUT/new/..``) is not made here: the command
     # would find its output not empty

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -105,9 +106,30 @@ def _refusal(path: Path, st: os.stat_result, expected: Identity | None) -> str |
         parent_dev = os.stat(path.parent).st_dev
     except OSError as exc:
         return f"its parent cannot be read ({exc.strerror or exc})"
-    if st.st_dev != parent_dev or os.path.ismount(path):
+    if st.st_dev != parent_dev or os.path.ismount(path) or _real(path) in _mount_points():
         return "it is a mount point (another device than its parent)"
     return None
+
+
+def _real(path: Path) -> str:
+    """``path`` with its parent resolved (its last component is never followed)."""
+    return os.path.join(os.path.realpath(path.parent), path.name)
+
+
+def _mount_points() -> frozenset[str]:
+    """Every mount point of this process (``/proc/self/mountinfo``; empty where there is none): a bind mount of a
+    folder of the same file system has its parent's ``st_dev``, so only this list tells it."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return frozenset()
+    points = set()
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4:  # the fifth field, octal escapes for space, tab, newline and backslash
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return frozenset(points)
 
 
 def remove_tree(path: str | os.PathLike, *, expected: Identity | None = None, keep_contents: bool = False) -> bool:
@@ -142,7 +164,7 @@ def remove_tree(path: str | os.PathLike, *, expected: Identity | None = None, ke
                 if keep_contents:
                     kept = [] if not os.listdir(fd) else [path]
                 else:
-                    kept = _clear(fd, st.st_dev, path)
+                    kept = _clear(fd, st.st_dev, Path(_real(path)), _mount_points())
             finally:
                 os.close(fd)
             if kept:
@@ -159,23 +181,23 @@ def remove_tree(path: str | os.PathLike, *, expected: Identity | None = None, ke
     return True
 
 
-def _clear(fd: int, dev: int, where: Path) -> list[Path]:
-    """Remove what the open folder ``fd`` holds, entering no other device and following no symlink; the paths kept
-    (mount points and what holds them)."""
+def _clear(fd: int, dev: int, where: Path, mounts: frozenset[str]) -> list[Path]:
+    """Remove what the open folder ``fd`` (at ``where``, resolved) holds, entering no other device or mount point
+    (``mounts``) and following no symlink; the paths kept (mount points and what holds them)."""
     kept: list[Path] = []
     for name in os.listdir(fd):
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         if not stat.S_ISDIR(st.st_mode):
             os.unlink(name, dir_fd=fd)
             continue
-        if st.st_dev != dev:
+        if st.st_dev != dev or str(where / name) in mounts:
             kept.append(where / name)
             continue
         sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
         try:
             fst = os.fstat(sub)
             swapped = (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino)  # replaced between the stat and the open
-            inner = [where / name] if swapped else _clear(sub, dev, where / name)
+            inner = [where / name] if swapped else _clear(sub, dev, where / name, mounts)
         finally:
             os.close(sub)
         if inner:

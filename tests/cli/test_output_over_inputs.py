@@ -129,3 +129,11 @@ def test_every_declared_input_is_an_option_of_its_command():
         assert set(inputs) <= dests(sub.choices[name]), name
         declared += len(inputs)
     assert declared >= 8
+
+
+def test_an_output_through_a_symlink_loop_is_one_line(world, tmp_path, capsys):
+    (tmp_path / "loop").symlink_to("loop")
+    argv = ["evaluate", str(world / "model"), "--data", str(world / "toy"), "--json", str(tmp_path / "loop" / "x.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--json" in err[0] and "symlink loop" in err[0], err

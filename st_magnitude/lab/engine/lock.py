@@ -257,7 +257,13 @@ class OutputLock:
             fd, made = _open_lock_file(self.path, self.advice, create=True)
             try:
                 if fcntl is not None:
-                    self._flock_or_refuse(fd)
+                    try:
+                        self._flock_or_refuse(fd)
+                    except FolderLocked:
+                        if not self._taken_over_meanwhile(fd):
+                            raise
+                        os.close(fd)
+                        continue  # another process replaced a stale lock: refuse naming it, not the dead one
                     # the holder may have removed or replaced the file between our open and flock: lock the one on disk
                     if identity_of(self.path) != _identity(fd):
                         os.close(fd)
@@ -273,6 +279,18 @@ class OutputLock:
                     os.close(fd)
                 raise
         raise FolderLocked(f"could not lock {self.path}: it keeps being replaced by another process")
+
+    def _taken_over_meanwhile(self, fd: int) -> bool:
+        """Whether the locked file ``fd`` names a holder that is gone, while another process is replacing it (it
+        holds the old file's lock for that moment): wait up to a second for the new file."""
+        info = self.holder()
+        if not info or info.get("host") != socket.gethostname() or self._held_by_live_process(info):
+            return False
+        for _ in range(100):
+            if identity_of(self.path) != _identity(fd):
+                return True
+            time.sleep(0.01)
+        return False
 
     def _take_over(self, old: int) -> int:
         """Replace the existing lock file (open read-only as ``old``, flocked where the platform can) whose holder is
