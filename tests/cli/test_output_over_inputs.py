@@ -133,7 +133,8 @@ def test_every_declared_input_is_an_option_of_its_command():
 
 def test_an_output_through_a_symlink_loop_is_one_line(world, tmp_path, capsys):
     (tmp_path / "loop").symlink_to("loop")
-    argv = ["evaluate", str(world / "model"), "--data", str(world / "toy"), "--json", str(tmp_path / "loop" / "x.json")]
+    rows = tmp_path / "loop" / "x.json"
+    argv = ["evaluate", str(world / "model"), "--data", str(world / "toy"), "--json", str(rows)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--json" in err[0] and "symlink loop" in err[0], err
