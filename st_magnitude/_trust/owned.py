@@ -8,9 +8,9 @@ removal (:func:`remove_tree`). While such an identity matters, the maker keeps a
 made after it was removed. Anything else -- named like a stage, left by a dead run, made by a concurrent run,
 reached through a symlink -- is named in one logged warning and left alone.
 
-:func:`remove_tree` never follows a symlink, refuses a folder on another device than its parent (a mount point),
-and inside the tree it removes never descends into another device (a file system mounted inside is named and
-kept). It works on descriptors (``openat``), so a folder swapped for a symlink while it runs is not followed.
+:func:`remove_tree` never follows a symlink, refuses a folder on another device than its parent or listed in the
+mount table (a mount point, a bind mount of the same file system), and inside the tree it removes never descends
+into another device or mount point (named and kept). It works on descriptors (``openat``), so a folder swapped for a symlink while it runs is not followed.
 Standard library only.
 """
 
