@@ -160,7 +160,8 @@ def _export(model: Path, out: str, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(cli, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.heavy  # two CLI processes importing torch: about 20 s of CPU, a minute on a loaded machine
+@pytest.mark.heavy  # two CLI exports at once: 25 s at load 3 on 2 cores, a minute at load 10 (the race on the
+# rule itself, with real processes, runs in the default suite above)
 @ONNX_MARKS[-1]
 def test_two_exports_to_one_output_the_winners_export_survives_the_losers_failure(saved_tiny, tmp_path):
     runs = [_export(saved_tiny, "race", tmp_path) for _ in range(2)]
@@ -191,8 +192,7 @@ _KILLED_MID_EXPORT = textwrap.dedent(
 )
 
 
-@pytest.mark.heavy  # as above
-@ONNX_MARKS[-1]
+@ONNX_MARKS[-1]  # two CLI processes importing torch, one stopped mid-way: about 20 s
 def test_an_export_killed_mid_way_then_a_second_export_to_the_same_output(saved_tiny, tmp_path):
     killed = subprocess.Popen(
         [sys.executable, "-c", _KILLED_MID_EXPORT, str(saved_tiny)], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
