@@ -22,14 +22,17 @@ What a command writes is declared in its module's ``OUTPUTS`` (option ``dest`` -
 (:func:`st_magnitude._trust.outputs.removed_on_failure`): a failed or interrupted run takes back the folders it
 created and nothing that existed before it. ``"folder"``: an output folder the run created is removed with what the
 run wrote in it; ``"resumable"``: created folders are removed only when empty (what a killed run wrote is kept to
-resume from); ``"file"``: the empty folders created for the file. Before the command runs, no declared output may be
-the command's model folder (``args.model``) or lie inside it (:func:`~st_magnitude._trust.outputs.check_outside_model`;
-a command lists in ``MAY_BE_THE_MODEL`` an output that may be the model folder itself).
+resume from); ``"file"``: the empty folders created for the file. The folders an output needs are made by that rule
+before the command runs and recorded as this run's, so a failed run never removes a folder another run made (two
+runs to one output). What a command reads is declared in its ``INPUTS`` (option ``dest`` -> the name its refusal
+gives it; ``model`` is always one): before the command runs, no declared output may be, or lie inside, any of them,
+however the path is spelled (:func:`~st_magnitude._trust.outputs.check_outside_inputs`; a command lists in
+``MAY_BE_THE_MODEL`` an output that may be the model folder itself).
 
-What a command reads is declared in its module's ``INPUTS`` (option ``dest`` -> a check of one value, e.g.
-:func:`~st_magnitude.cli._args.check_model_path`), and :func:`main` runs each check on each given value before the
-command runs: a missing model or data folder is one line in a fraction of a second, not after the seconds that
-importing torch and sentence-transformers takes (``run`` imports those after its own cheap checks).
+The arguments a command can check without its heavy imports are declared in its ``ARG_CHECKS`` (option ``dest`` -> a
+check of one value, e.g. :func:`~st_magnitude.cli._args.check_model_path`), and :func:`main` runs each check on each
+given value before the command runs: a missing model or data folder is one line in a fraction of a second, not after
+the seconds that importing torch and sentence-transformers takes (``run`` imports those after its own cheap checks).
 """
 
 from __future__ import annotations
@@ -197,16 +200,18 @@ OUTPUT_KINDS = ("folder", "resumable", "file")
 
 @contextlib.contextmanager
 def _guarded_outputs(args: argparse.Namespace) -> Iterator[None]:
-    """Every output the command ``args.command`` declares in its ``OUTPUTS``: refused when it lies inside the model,
-    then under the one cleanup rule while the command runs."""
-    from st_magnitude._trust.outputs import check_outside_model, removed_on_failure
+    """Every output the command ``args.command`` declares in its ``OUTPUTS``: refused when it is or lies inside the
+    model or another declared input (``INPUTS``), then under the one cleanup rule while the command runs."""
+    from st_magnitude._trust.outputs import check_outside_inputs, removed_on_failure
 
     module = sys.modules.get(f"{__name__}.{args.command}")
     outputs = getattr(module, "OUTPUTS", {})
+    declared = {"model": "model", **getattr(module, "INPUTS", {})}
+    inputs = {name: getattr(args, dest, None) for dest, name in declared.items()}
     for dest in outputs:
         flag = "--" + dest.replace("_", "-")
-        may_be = dest in getattr(module, "MAY_BE_THE_MODEL", ())
-        check_outside_model(getattr(args, "model", None), getattr(args, dest, None), flag, may_be_the_model=may_be)
+        may_be = ("model",) if dest in getattr(module, "MAY_BE_THE_MODEL", ()) else ()
+        check_outside_inputs(inputs, getattr(args, dest, None), flag, may_be=may_be)
     with contextlib.ExitStack() as stack:
         for dest, kind in outputs.items():
             value = getattr(args, dest, None)
@@ -220,10 +225,10 @@ def _guarded_outputs(args: argparse.Namespace) -> Iterator[None]:
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
-    """Every value of every input the command ``args.command`` declares in its ``INPUTS``, checked (nothing heavy
-    imported); a check raises ``ValueError`` / ``OSError``, which :func:`main` prints as one line."""
+    """Every value of every argument the command ``args.command`` declares in its ``ARG_CHECKS``, checked (nothing
+    heavy imported); a check raises ``ValueError`` / ``OSError``, which :func:`main` prints as one line."""
     module = sys.modules.get(f"{__name__}.{args.command}")
-    for dest, check in getattr(module, "INPUTS", {}).items():
+    for dest, check in getattr(module, "ARG_CHECKS", {}).items():
         value = getattr(args, dest, None)
         for one in value if isinstance(value, (list, tuple)) else () if value is None else (value,):
             check(one)

@@ -35,6 +35,8 @@ OUTPUTS = {"output": "folder"}
 MAY_BE_THE_MODEL = ("output",)
 #: The report rows (ECE / Brier / pooled AUC per split), written beside ``score_calibration.json``.
 REPORT_FILE = "calibration_report.json"
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"data": "--data"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,7 +74,7 @@ def _output_folder(args: argparse.Namespace) -> Path:
 
 
 #: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
-INPUTS = {"model": check_model_path, "data": check_data_folder}
+ARG_CHECKS = {"model": check_model_path, "data": check_data_folder}
 
 
 def run(args: argparse.Namespace) -> int:

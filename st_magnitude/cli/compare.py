@@ -58,6 +58,8 @@ def _description() -> str:
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"output": "resumable"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"train_data": "--train-data", "eval_data": "--eval-data"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,7 +117,7 @@ def _close_progress_bars() -> None:
 
 
 #: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
-INPUTS = {"model": check_model_path}
+ARG_CHECKS = {"model": check_model_path}
 
 
 def run(args: argparse.Namespace) -> int:

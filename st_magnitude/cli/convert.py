@@ -42,6 +42,8 @@ def check_margin(value: float, what: str) -> None:
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"output": "folder"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"norm_texts": "--norm-texts"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,7 +113,7 @@ def read_texts(path: str, limit: int) -> list[str]:
 
 
 #: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
-INPUTS = {"model": check_model_path}
+ARG_CHECKS = {"model": check_model_path}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,6 +33,8 @@ DESCRIPTION = (
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"output": "folder"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"data": "--data"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -105,7 +107,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 #: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
-INPUTS = {"model": check_model_path, "data": check_data_folder}
+ARG_CHECKS = {"model": check_model_path, "data": check_data_folder}
 
 
 def run(args: argparse.Namespace) -> int:

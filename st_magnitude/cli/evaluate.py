@@ -32,6 +32,8 @@ DESCRIPTION = (
 OUTPUTS = {"output": "folder"}
 #: The file ``-o/--output DIR`` receives: the rows of the table, as JSON.
 ROWS_FILE = "evaluation.json"
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"data": "--data"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
-INPUTS = {"model": check_model_path, "data": check_data_folder}
+ARG_CHECKS = {"model": check_model_path, "data": check_data_folder}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
-INPUTS = {"model": check_model_path}
+ARG_CHECKS = {"model": check_model_path}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,6 +22,8 @@ DESCRIPTION = "mteb CLI shim: registers local models and BEIR folders, then runs
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"output": "folder", "prediction_folder": "folder"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"tasks": "--tasks"}
 
 
 def add_arguments(m: argparse.ArgumentParser) -> None:
@@ -65,7 +67,7 @@ def add_arguments(m: argparse.ArgumentParser) -> None:
 
 
 #: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
-INPUTS = {"model": check_mteb_model, "tasks": check_task_or_folder}
+ARG_CHECKS = {"model": check_mteb_model, "tasks": check_task_or_folder}
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -28,6 +28,8 @@ DESCRIPTION = (
 
 #: What this command writes, for the CLI's one cleanup rule on failure (:mod:`st_magnitude.cli`).
 OUTPUTS = {"output": "resumable", "results": "resumable", "report": "file"}
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"redecide": "--redecide", "merge": "--merge"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -116,7 +118,7 @@ def _tag(text: str) -> str:
 
 
 #: What this command reads, checked by the CLI before :func:`run` imports anything heavy (:mod:`st_magnitude.cli`).
-INPUTS = {"claim": _check_claim}
+ARG_CHECKS = {"claim": _check_claim}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,6 +28,8 @@ OUTPUTS = {"output": "folder"}
 #: (``scaling choose``) and, with ``--plot``, their figures.
 FITS_FILE, FITS_PLOT = "fits.json", "fits.png"
 CHOICES_FILE, BUDGET_PLOT = "choices.json", "budget.png"
+#: What this command reads besides ``model`` (option dest -> its name): no output may be or lie inside one.
+INPUTS = {"csv": "CSV"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from st_magnitude._trust.stages import held_stage
+from st_magnitude._trust.owned import remove_tree
+from st_magnitude._trust.stages import held_stage, unmark
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +40,12 @@ def save_model(model: Any, output: str | os.PathLike) -> Path:
     with held_stage(target, infix="save-", run="convert") as stage:  # a killed convert's stage: removed here
         try:
             model.save(str(stage))
+            unmark(stage)  # the stage becomes the output: the marker that it is a stage goes
             if target.is_dir():
                 target.rmdir()  # new or empty: checked by the caller, and rmdir refuses anything else
             os.rename(stage, target)
         except BaseException as exc:
-            shutil.rmtree(stage, ignore_errors=True)
+            remove_tree(stage)  # this run's own stage (or, renamed already, its own output), nothing else
             if isinstance(exc, Exception) and _disk_full(exc):
                 raise OSError(
                     errno.ENOSPC,

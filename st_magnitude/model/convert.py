@@ -34,8 +34,9 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Router
 from torch import nn
 
+from st_magnitude._trust.owned import identity_of, remove_tree
 from st_magnitude._trust.paths import check_model_folder
-from st_magnitude._trust.stages import held_stage
+from st_magnitude._trust.stages import held_stage, unmark
 from st_magnitude._warnings import MagnitudeCollapseWarning
 from st_magnitude.model._layout import (
     NORMALISATIONS,
@@ -429,7 +430,9 @@ def _strip_into(src: Path, dst: Path | None, stage: Path, plan: StripPlan, simil
         except shutil.Error as exc:
             raise _copy_error(src, exc) from None
         apply_strip_plan(plan, stage, similarity_fn_name)
+        unmark(stage)  # the stage becomes the model: the marker that it is a stage goes
         if dst is None:
+            original = identity_of(src)  # after the swap, the stage's name holds this folder: the old model
             try:  # one atomic swap: ``src`` names a complete model (the old or the stripped one) at every instant
                 exchange(stage, src)
             except AtomicSwapUnavailable as exc:
@@ -438,13 +441,13 @@ def _strip_into(src: Path, dst: Path | None, stage: Path, plan: StripPlan, simil
                     f"cannot strip {src} in place: {exc.strerror}, and replacing a folder by two renames would leave "
                     "no model if interrupted between them; write a copy instead (--output / output_path)",
                 ) from None
-            shutil.rmtree(stage, ignore_errors=True)  # now the old model
+            remove_tree(stage, expected=original)  # now the old model, replaced in place: that folder only
         else:
             if dst.exists():
                 dst.rmdir()
             os.rename(stage, dst)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        remove_tree(stage)  # this run's own stage, nothing else
         raise
 
 

@@ -34,7 +34,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,8 @@ from torch import nn
 
 from st_magnitude._trust import InputFileError, file_digests, write_json_atomic
 from st_magnitude._trust.outputs import output_path
-from st_magnitude._trust.stages import held_stage
+from st_magnitude._trust.owned import remove_tree
+from st_magnitude._trust.stages import held_stage, unmark
 from st_magnitude.model.seq_length import backbone_limit, check_model_max_seq_length
 from st_magnitude.serving._encode import check_finite
 from st_magnitude.serving.metric import import_stack
@@ -154,6 +154,7 @@ def export_onnx(
                 quantize_int8(stage / file, keep_f32)
             stamp(stage / file, identity, role, position_limit)
         tokenizer.save_pretrained(str(stage))
+        unmark(stage)  # it becomes the export: its marker is no file of the export (nor of its digests)
         config = {
             "inputs": names,
             "max_seq_length": max_len,
@@ -215,7 +216,7 @@ def _staged(target: Path) -> Iterator[Path]:
             _new_or_empty(target)  # nothing appeared there while exporting
             os.replace(stage, target)  # onto a missing or empty folder: one rename
         except BaseException:
-            shutil.rmtree(stage, ignore_errors=True)
+            remove_tree(stage)  # this run's own stage, nothing else
             raise
 
 

@@ -121,14 +121,15 @@ def test_usage_and_path_errors_come_before_any_heavy_import(tmp_path):
 
 
 def test_every_declared_input_is_an_option_of_its_command():
-    """``INPUTS`` names options by ``dest``: a misspelt one would silently check nothing."""
+    """``ARG_CHECKS`` and ``INPUTS`` name options by ``dest``: a misspelt one would silently check nothing."""
     import importlib
 
     from st_magnitude import cli
 
     for name in cli.COMMANDS:
-        inputs = getattr(importlib.import_module(f"st_magnitude.cli.{name}"), "INPUTS", {})
+        module = importlib.import_module(f"st_magnitude.cli.{name}")
+        inputs = {**getattr(module, "ARG_CHECKS", {}), **getattr(module, "INPUTS", {})}
         sub = next(a for a in cli.build_parser([name])._actions if a.dest == "command").choices[name]
         parsers = [sub] + [p for a in sub._actions if a.dest.endswith("_command") for p in a.choices.values()]
         dests = {a.dest for p in parsers for a in p._actions}
-        assert set(inputs) <= dests, f"{name}: INPUTS names {sorted(set(inputs) - dests)}, not options of it"
+        assert set(inputs) <= dests, f"{name}: ARG_CHECKS/INPUTS name {sorted(set(inputs) - dests)}, not options of it"

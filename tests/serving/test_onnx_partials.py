@@ -1,6 +1,7 @@
 """A killed export leaves its staging folder (``.OUT.XXXXXXXX.partial``) beside the output; the next export to the
 same output removes it (its owner is gone: the flock it held on the folder was released by the kernel), and leaves a
-staging folder alone while its export runs, and the partials of other outputs.
+staging folder alone while its export runs, and the partials of other outputs. Only a stage the package marked
+when it made it counts (``tests/test_stale_stages.py`` tries the folders named like one that do not).
 
 Before, every killed export left its ``.partial`` folder for good.
 """
@@ -13,6 +14,9 @@ import os
 import pytest
 from conftest import build_tiny_st
 from helpers.onnx_marks import ONNX_MARKS
+from helpers.stages import killed_stage
+
+from st_magnitude._trust.stages import MARKER
 
 pytestmark = ONNX_MARKS  # the export needs onnx (pip install 'st-magnitude[deploy]')
 
@@ -32,7 +36,7 @@ def _partial(folder, name: str):
 def test_the_next_export_removes_what_a_killed_export_left(model, tmp_path):
     from st_magnitude.serving.onnx import export_onnx
 
-    stale = _partial(tmp_path, ".out.k1ll3d_9.partial")  # a killed export of out: nobody holds it
+    stale = killed_stage(tmp_path / "out", suffix=".partial", run="export")  # a killed export of out
     other = _partial(tmp_path, ".out.y.k1ll3d_9.partial")  # of the output out.y
     live = _partial(tmp_path, ".out.runn1ng0.partial")  # an export of out still running: it holds the flock
     fd = os.open(live, os.O_RDONLY)
@@ -45,6 +49,7 @@ def test_the_next_export_removes_what_a_killed_export_left(model, tmp_path):
     assert not stale.exists()
     assert other.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.runn1ng0.partial", ".out.y.k1ll3d_9.partial", "out"]
+    assert not (tmp_path / "out" / MARKER).exists()  # the marker is no file of the export
 
 
 def test_a_symlink_named_like_a_partial_is_not_followed(model, tmp_path):

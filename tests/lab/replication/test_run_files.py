@@ -250,7 +250,7 @@ def test_set_values_in_range_are_kept_with_the_settings_types(stub, tmp_path):
 @pytest.fixture
 def read_only(monkeypatch, tmp_path):
     """``tmp_path/ro`` behaves as a read-only mount for the writability probe (root writes anywhere, so a chmod
-    would not show it): creating a file there fails with EROFS."""
+    would not show it): creating a file or a folder there fails with EROFS."""
     import st_magnitude._trust.outputs as outputs  # the writability probe of check_output_dir
 
     ro = tmp_path / "ro"
@@ -262,7 +262,15 @@ def read_only(monkeypatch, tmp_path):
             raise OSError(errno.EROFS, "Read-only file system", str(dir))
         return real(*args, dir=dir, **kwargs)
 
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):  # nor a folder (the cleanup rule makes the output's folders ahead)
+        if Path(path).parent.resolve() == ro.resolve():
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
     monkeypatch.setattr(outputs.tempfile, "TemporaryFile", probe)
+    monkeypatch.setattr(os, "mkdir", mkdir)
     return ro
 
 
@@ -323,6 +331,18 @@ def test_a_second_run_of_the_same_seeds_is_refused_while_other_seeds_run_beside(
         argv[3] = "1"
         assert main(argv) == 0 and SEEDS_RUN == [0]  # seed 0 alone runs beside it
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # locks released and removed
+
+
+def test_a_hard_linked_seed_lock_is_refused_and_the_other_file_untouched(stub, tmp_path, capsys):
+    """Before, the seed lock's record was written into the linked file, even though the run then failed."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.link(victim, out / ".001-cpu-seed1.lock")
+    argv = ["replicate", "001", "--seeds", "2", "--data-root", str(tmp_path), "--output", str(out), "--device", "cpu"]
+    _one_line_error(main(argv), capsys.readouterr().err, str(out / ".001-cpu-seed1.lock"), "has 2 names")
+    assert SEEDS_RUN == [] and victim.read_text() == "precious"
 
 
 def test_parts_started_in_the_same_second_write_files_of_their_own(stub, tmp_path, monkeypatch):
