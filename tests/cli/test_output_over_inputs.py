@@ -3,8 +3,8 @@
 folders), however the path is spelled (``..``, a symlink to the folder), is refused in one line naming the input,
 before any work, and the input is left as it was.
 
-Before, ``evaluate --json D/corpus.jsonl`` (also ``D/qrels/test.tsv``, or through a link to ``D``) and ``calibrate
---json D/queries.jsonl`` overwrote the data they had just read, exit 0. Only the model folder was protected.
+Before, an output file written over the data folder's own files (``D/corpus.jsonl``, ``D/qrels/test.tsv``, or through
+a link to ``D``) overwrote the data the command had just read, exit 0. Only the model folder was protected.
 """
 
 from __future__ import annotations
@@ -36,21 +36,13 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 #: command line (M: the model, D: a copy of the toy BEIR folder, L: a symlink to D) -> (option refused, input named)
 CASES = {
-    "evaluate --json D/corpus.jsonl": (
-        ["evaluate", "M", "--data", "D", "--json", "D/corpus.jsonl"], "--json", "--data",
+    "evaluate -o D": (["evaluate", "M", "--data", "D", "-o", "D"], "--output", "--data"),
+    "evaluate -o D/qrels": (["evaluate", "M", "--data", "D", "-o", "D/qrels"], "--output", "--data"),
+    "evaluate -o L/rows": (["evaluate", "M", "--data", "D", "-o", "L/rows"], "--output", "--data"),
+    "evaluate --data L -o D/x/../rows": (
+        ["evaluate", "M", "--data", "L", "-o", "D/x/../rows"], "--output", "--data",
     ),
-    "evaluate --json D/qrels/test.tsv": (
-        ["evaluate", "M", "--data", "D", "--json", "D/qrels/test.tsv"], "--json", "--data",
-    ),
-    "evaluate --json L/corpus.jsonl": (
-        ["evaluate", "M", "--data", "D", "--json", "L/corpus.jsonl"], "--json", "--data",
-    ),
-    "evaluate --data L --json D/x/../queries.jsonl": (
-        ["evaluate", "M", "--data", "L", "--json", "D/x/../queries.jsonl"], "--json", "--data",
-    ),
-    "calibrate --json D/queries.jsonl": (
-        ["calibrate", "M", "--data", "D", "--json", "D/queries.jsonl"], "--json", "--data",
-    ),
+    "calibrate -o D/qrels/..": (["calibrate", "M", "--data", "D", "-o", "D/qrels/.."], "--output", "--data"),
     "calibrate --output D": (["calibrate", "M", "--data", "D", "--output", "D"], "--output", "--data"),
     "diagnose -o D/report": (["diagnose", "M", "--data", "D", "--no-kappa", "-o", "D/report"], "--output", "--data"),
     "convert --norm-texts D/corpus.jsonl -o D/corpus.jsonl": (
@@ -90,9 +82,9 @@ def test_an_output_over_an_input_is_refused_before_any_work(world, tmp_path, cap
 def test_scaling_fit_refuses_to_write_its_json_over_the_csv_it_reads(tmp_path, capsys):
     csv = tmp_path / "points.csv"
     csv.write_text("dim,contrastive_entropy\n32,1.0\n64,0.8\n128,0.7\n")
-    assert main(["scaling", "fit", str(csv), "--json", str(tmp_path / "." / "points.csv")]) == 2
+    assert main(["scaling", "fit", str(csv), "-o", str(tmp_path / "." / "points.csv")]) == 2
     err = capsys.readouterr().err
-    assert "--json" in err and "is the input CSV" in err
+    assert "--output" in err and "is the input CSV" in err
     assert csv.read_text().startswith("dim,")
 
 
@@ -101,9 +93,9 @@ def test_an_output_beside_the_data_is_not_refused(world, tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "evaluate_folders", lambda *a, **k: [{"dataset": "toy", "ndcg@10": 0.5}])
     monkeypatch.setattr(runner, "format_table", lambda rows: "table")
-    rows = tmp_path / "toy-rows.json"  # a name starting like the data folder's is not inside it
-    assert main(["evaluate", str(world / "model"), "--data", str(world / "toy"), "--json", str(rows)]) == 0
-    assert rows.is_file()
+    rows = tmp_path / "toy-rows"  # a name starting like the data folder's is not inside it
+    assert main(["evaluate", str(world / "model"), "--data", str(world / "toy"), "-o", str(rows)]) == 0
+    assert (rows / "evaluation.json").is_file()
 
 
 def test_every_declared_input_is_an_option_of_its_command():
@@ -133,8 +125,8 @@ def test_every_declared_input_is_an_option_of_its_command():
 
 def test_an_output_through_a_symlink_loop_is_one_line(world, tmp_path, capsys):
     (tmp_path / "loop").symlink_to("loop")
-    rows = tmp_path / "loop" / "x.json"
-    argv = ["evaluate", str(world / "model"), "--data", str(world / "toy"), "--json", str(rows)]
+    rows = tmp_path / "loop" / "rows"
+    argv = ["evaluate", str(world / "model"), "--data", str(world / "toy"), "-o", str(rows)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--json" in err[0] and "symlink loop" in err[0], err
+    assert len(err) == 1 and "--output" in err[0] and "symlink loop" in err[0], err
