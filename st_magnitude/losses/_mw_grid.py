@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
+from st_magnitude.losses._mw_tails import Tails
 
 __all__ = [
     "GridPlan",
@@ -72,6 +73,14 @@ TABLE_BLOCK = 2**16
 #: per score ``NEG_NS[0] + NEG_NS[1]·(D+1)``, per (positive, node), both table passes, ``POS_NS[0] + POS_NS[1]·(D+2)``
 NEG_NS = (4.7, 1.74)
 POS_NS = (2.6, 1.1)
+#: measured cost in ns of one score summed by the tails instead (``_mw_tails.py``, one CPU thread)
+TAIL_NS = 150.0
+#: ranges wider than this many τ (the finest level's reach in :data:`MAX_NODES` nodes) also try windows
+WINDOW_FROM = MAX_NODES * LEVELS[0][0]
+#: the window widths tried, in nodes
+WINDOW_NODES = (2**10, 2**12, 2**14)
+#: the strided sample of the scores a window is placed with
+WINDOW_SAMPLE = 2**13
 
 
 def _softplus_polys(q_max: int) -> np.ndarray:
@@ -108,23 +117,6 @@ def score_range(*scores: Tensor) -> tuple[float, float]:
     return lo_f, hi_f
 
 
-def choose_level(span_z: float, inv_tau: float, n_scores: int, n_pos: int) -> int:
-    """Index in :data:`LEVELS` of the cheapest level whose grid over a range ``span_z`` τ wide fits in
-    :data:`MAX_NODES` nodes, by the measured cost model (:data:`NEG_NS`, :data:`POS_NS`); the coarsest (then
-    windowed) when none fits."""
-    best = None
-    for index, (alpha_max, degree) in enumerate(LEVELS):
-        nodes = math.ceil(span_z / (_spacing(inv_tau, alpha_max) * inv_tau)) + 3
-        if nodes > MAX_NODES:
-            continue
-        cost = n_scores * (NEG_NS[0] + NEG_NS[1] * (degree + 1)) + n_pos * nodes * (
-            POS_NS[0] + POS_NS[1] * (degree + 2)
-        )
-        if best is None or cost < best[0]:
-            best = (cost, index)
-    return len(LEVELS) - 1 if best is None else best[1]
-
-
 @dataclass
 class GridPlan:
     """The grid of one step: the positives (scaled so that τ = ``1/inv_tau``), the spacing, the node range, the
@@ -141,7 +133,8 @@ class GridPlan:
     loss_table: Tensor | None = None  # [nodes + 1, D + 1] float64 (last row: the outliers' dummy node, zero)
     grad_table: Tensor | None = None  # [nodes + 1, D + 1] in the scores' dtype, times inv_tau
     moments: Tensor | None = None  # [nodes, D + 1] float64, accumulated (times the chunks' output gradients)
-    windowed: bool = False  # the grid covers a window of the bulk; scores outside it are paired exactly
+    windowed: bool = False  # the grid covers a window of the bulk; scores outside it go to ``tails``
+    tails: Tails | None = None  # the sorted positives' sums for the scores outside the window
     wide: bool = False  # node numbers beyond float32's exact integers (2^22 here): locate scores in float64
     deep_tail: bool = False  # some |z| passes 690: σ from its logarithm (see _sigmoid_blocks)
     exact_positive_grad: Tensor = field(init=False)  # [B] float64: the exactly paired scores' share, accumulated
@@ -158,12 +151,14 @@ class GridPlan:
         """Yield ``(rows, z, s)`` with ``z_ij = α(J0 + j − p_i/h)`` and ``s = σ(z)``, for blocks of positives over
         nodes ``j_begin:j_end`` (about :data:`TABLE_BLOCK` entries each)."""
         device = self.positives.device
-        node_t = torch.arange(self.j0 + j_begin, self.j0 + j_end, dtype=torch.float64, device=device)
-        scaled = self.positives / self.h
+        node_t = torch.arange(j_begin, j_end, dtype=torch.float64, device=device)
+        # J0 − p_i/h first (J0 is a float64 integer, :func:`_first_node`): node numbers of scores past 1e17 exceed
+        # int64, and a Python int that large cannot become a tensor
+        offset = float(self.j0) - self.positives / self.h
         step = max(1, TABLE_BLOCK // max(1, j_end - j_begin))
-        for begin in range(0, scaled.numel(), step):
+        for begin in range(0, offset.numel(), step):
             rows = slice(begin, begin + step)
-            z = (node_t.unsqueeze(0) - scaled[rows].unsqueeze(1)) * self.alpha  # [b, width]
+            z = (node_t.unsqueeze(0) + offset[rows].unsqueeze(1)) * self.alpha  # [b, width]
             # torch.sigmoid flushes σ(z) to 0 below z ≈ −709, where softplus(z) still holds e^z: the Taylor terms
             # beyond the first would be lost there; exp(log σ) keeps σ down to float64's subnormals (twice the cost)
             s = torch.exp(torch.nn.functional.logsigmoid(z)) if self.deep_tail else torch.sigmoid(z)
@@ -223,9 +218,9 @@ class GridPlan:
         return out * -self.inv_tau
 
 
-def make_plan(positives: Tensor, inv_tau: float, span_z: float, n_scores: int) -> GridPlan:
-    """A plan (no nodes yet) at the cheapest level for a range of ``span_z`` τ-units."""
-    alpha_max, degree = LEVELS[choose_level(span_z, inv_tau, n_scores, positives.numel())]
+def make_plan(positives: Tensor, inv_tau: float, level: int) -> GridPlan:
+    """A plan (no nodes yet) at :data:`LEVELS` ``[level]``."""
+    alpha_max, degree = LEVELS[level]
     h = _spacing(inv_tau, alpha_max)
     pos = positives.detach().to(torch.float64).reshape(-1)
     return GridPlan(positives=pos, inv_tau=float(inv_tau), alpha=h * inv_tau, degree=degree, h=h)
@@ -254,9 +249,9 @@ def _locate(x: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor]:
     t = (x.double() if plan.wide else x) * (1.0 / plan.h)
     node = torch.round(t)
     if not plan.windowed:
-        node.clamp_(plan.j0, plan.j0 + plan.nodes - 1)
+        node.clamp_(float(plan.j0), float(plan.j0) + plan.nodes - 1)
     u = t - node
-    node -= plan.j0
+    node -= float(plan.j0)  # exact: both are integers in float64 near each other (Sterbenz) or small
     return node, u
 
 
@@ -299,13 +294,14 @@ class _GridPairs(torch.autograd.Function):
                 for m in range(degree - 1, -1, -1):
                     g = torch.addcmul(grad_cols[m].index_select(0, index), g, v_g)
                 grad_block[begin : begin + chunk] = g
-            if plan.windowed:
+            if plan.windowed:  # the scores outside the window, against every positive, from the sorted positives
                 idx = out_idx[~torch.isin(out_idx + begin, own)]
-                loss_c, g_neg, g_pos = _exact_pairs(x[idx], plan)
-                loss_exact += loss_c
-                pos_exact += g_pos
-                if needs_grad:
-                    grad_block[begin + idx] = g_neg.to(flat.dtype)
+                if idx.numel():
+                    loss_c, g_neg, g_pos = plan.tails.pair_sums(x[idx].to(torch.float64), needs_grad)
+                    loss_exact += loss_c
+                    if needs_grad:
+                        pos_exact += g_pos
+                        grad_block[begin + idx] = g_neg.to(flat.dtype)
         # the rows' own positives are no negatives: take their moments out again and zero their gradient
         node, u = _locate(flat[own], plan)
         outside = (node < 0) | (node > nodes - 1)
@@ -361,25 +357,63 @@ def pair_sums(
     return total, grad_pos, grad_neg
 
 
-def _exact_pairs(neg: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor, Tensor]:
-    """Scores outside the grid's window, paired with every positive exactly, in float64: (loss, ∂/∂neg, ∂/∂pos)."""
-    loss, grad_pos, grad_neg = pair_sums(plan.positives, neg.to(torch.float64), plan.inv_tau, TABLE_BLOCK)
-    return loss, grad_neg, grad_pos
-
-
 def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> GridPlan:
-    """The grid for scores in ``[lo, hi]`` (``n_scores`` of them, compared with ``positives``): the cheapest level,
-    nodes one past each end; when no level fits in :data:`MAX_NODES`, the coarsest one over a window of the bulk
-    (quantiles of ``sample``, a block of the scores)."""
-    plan = make_plan(positives, inv_tau, (hi - lo) * inv_tau, n_scores)
+    """The grid for scores in ``[lo, hi]`` (``n_scores`` of them, compared with ``positives``): the cheapest layout
+    by the cost model (:func:`_layout`): a level over the whole range, nodes one past each end, or a level over a
+    window where ``sample`` (a block of the scores) is densest, the scores outside it summed by :class:`Tails`."""
+    index, lo_node, hi_node = _layout(positives.numel(), inv_tau, lo, hi, n_scores, sample)
+    plan = make_plan(positives, inv_tau, index)
     plan.deep_tail = (hi - lo) * inv_tau + 2 * plan.alpha > 690  # the positives lie in [lo, hi] too
-    lo_node, hi_node = math.floor(lo / plan.h) - 1, math.ceil(hi / plan.h) + 1
-    if hi_node - lo_node + 1 > MAX_NODES:
-        lo_node, hi_node = _bulk_window(sample, plan)
+    if (lo_node, hi_node) != (_first_node(math.floor(lo / plan.h) - 1), math.ceil(hi / plan.h) + 1):
         plan.windowed = True
+        plan.tails = Tails(plan.positives, inv_tau, lo, hi)
     plan.wide = max(abs(lo_node), abs(hi_node)) >= 2**22 and sample.dtype != torch.float64
     plan.build(lo_node, hi_node, torch.float64 if sample.dtype == torch.float64 else torch.float32)
     return plan
+
+
+def _first_node(node: int) -> int:
+    """The largest integer ≤ ``node`` that float64 holds exactly (node numbers past 2^53: scores past ~1e14 τ)."""
+    as_float = float(node)
+    if as_float > node:
+        as_float = math.nextafter(as_float, -math.inf)
+    return int(as_float)
+
+
+def _layout(n_pos: int, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> tuple[int, int, int]:
+    """``(level, first node, last node)`` of the cheapest layout by the measured cost model (:data:`NEG_NS`,
+    :data:`POS_NS`, :data:`TAIL_NS`): each level over the whole range where it fits in :data:`MAX_NODES` nodes, and,
+    for ranges wider than the finest level's bound, each level over a window of :data:`WINDOW_NODES` nodes placed
+    where a strided sample of ``sample`` is densest (a second host read), its share of the scores in the window on
+    the grid and the rest on the tails."""
+    options = []  # (cost, level, lo_node, hi_node)
+    windows = []  # (level, nodes, h)
+    for index, (alpha_max, degree) in enumerate(LEVELS):
+        h = _spacing(inv_tau, alpha_max)
+        neg, pos = NEG_NS[0] + NEG_NS[1] * (degree + 1), n_pos * (POS_NS[0] + POS_NS[1] * (degree + 2))
+        lo_node, hi_node = _first_node(math.floor(lo / h) - 1), math.ceil(hi / h) + 1
+        nodes = hi_node - lo_node + 1
+        if nodes <= MAX_NODES:
+            options.append((n_scores * neg + pos * nodes, index, lo_node, hi_node))
+        if (hi - lo) * inv_tau > WINDOW_FROM:
+            windows.extend((index, width, h) for width in WINDOW_NODES if width < nodes)
+    if windows:
+        picks = sample.detach().reshape(-1)
+        picks = torch.sort(picks[:: max(1, picks.numel() // WINDOW_SAMPLE)].to(torch.float64))[0]
+        spans = torch.tensor([(width - 3) * h for _, width, h in windows], dtype=torch.float64, device=picks.device)
+        inside = torch.searchsorted(picks, picks.unsqueeze(0) + spans.unsqueeze(1), right=True)
+        inside -= torch.arange(picks.numel(), device=picks.device)
+        most, start = inside.max(dim=1)
+        starts = picks[start].tolist()
+        for (index, width, h), count, first in zip(windows, (most.double() / picks.numel()).tolist(), starts):
+            degree = LEVELS[index][1]
+            neg = NEG_NS[0] + NEG_NS[1] * (degree + 1)
+            cost = n_scores * (count * neg + (1 - count) * TAIL_NS)
+            cost += n_pos * width * (POS_NS[0] + POS_NS[1] * (degree + 2))
+            lo_node = _first_node(math.floor(first / h) - 1)
+            options.append((cost, index, lo_node, lo_node + width - 1))
+    _, index, lo_node, hi_node = min(options)
+    return index, lo_node, hi_node
 
 
 def grid_pair_sum(
@@ -407,18 +441,3 @@ def grid_pair_sum(
         lo, hi = score_range(block, positives)
         plan = plan_for_range(positives, inv_tau, lo, hi, block.numel(), block)
     return _GridPairs.apply(positives, block, plan, own_columns, deferred)
-
-
-def _bulk_window(sample: Tensor, plan: GridPlan) -> tuple[int, int]:
-    """Nodes of a :data:`MAX_NODES`-wide window around the bulk (the 0.1 %–99.9 % quantiles of a strided sample of
-    the scores); the scores outside it are paired exactly. A second host read, only for ranges beyond the bound."""
-    flat = sample.detach().reshape(-1)
-    picks = flat[:: max(1, flat.numel() // 2**16)].to(torch.float64)
-    levels = torch.tensor([1e-3, 0.5, 1 - 1e-3], dtype=torch.float64, device=picks.device)
-    lo, mid, hi = torch.quantile(picks, levels).tolist()
-    lo_node, hi_node = math.floor(lo / plan.h) - 1, math.ceil(hi / plan.h) + 1
-    if hi_node - lo_node + 1 > MAX_NODES:
-        centre = round(mid / plan.h)
-        return centre - MAX_NODES // 2, centre + MAX_NODES // 2 - 1
-    spare = MAX_NODES - (hi_node - lo_node + 1)
-    return lo_node - spare // 2, hi_node + spare - spare // 2
