@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
-from st_magnitude.losses._mw_tails import Tails
+from st_magnitude.losses._mw_tails import TAIL_Z, Tails
 
 __all__ = [
     "GridPlan",
@@ -73,14 +73,17 @@ TABLE_BLOCK = 2**16
 #: per score ``NEG_NS[0] + NEG_NS[1]·(D+1)``, per (positive, node), both table passes, ``POS_NS[0] + POS_NS[1]·(D+2)``
 NEG_NS = (4.7, 1.74)
 POS_NS = (2.6, 1.1)
-#: measured cost in ns of one score summed by the tails instead (``_mw_tails.py``, one CPU thread)
-TAIL_NS = 150.0
-#: ranges wider than this many τ (the finest level's reach in :data:`MAX_NODES` nodes) also try windows
-WINDOW_FROM = MAX_NODES * LEVELS[0][0]
-#: the window widths tried, in nodes
-WINDOW_NODES = (2**10, 2**12, 2**14)
-#: the strided sample of the scores a window is placed with
-WINDOW_SAMPLE = 2**13
+#: measured costs in ns on one CPU thread of a score summed by the tails instead (``_mw_tails.py``) and of one pair
+#: of a near run there
+TAIL_NS = 60.0
+NEAR_NS = 25.0
+#: ranges wider than this many τ (the finest level's reach in :data:`MAX_NODES` nodes) may be paged
+PAGES_FROM = MAX_NODES * LEVELS[0][0]
+#: nodes per page of a paged grid, the most page numbers it spans, and the strided sample of the scores it is
+#: planned from
+PAGE_NODES = 2**9
+MAX_PAGE_SPAN = 2**22
+PAGE_SAMPLE = 2**16
 
 
 def _softplus_polys(q_max: int) -> np.ndarray:
@@ -133,8 +136,12 @@ class GridPlan:
     loss_table: Tensor | None = None  # [nodes + 1, D + 1] float64 (last row: the outliers' dummy node, zero)
     grad_table: Tensor | None = None  # [nodes + 1, D + 1] in the scores' dtype, times inv_tau
     moments: Tensor | None = None  # [nodes, D + 1] float64, accumulated (times the chunks' output gradients)
-    windowed: bool = False  # the grid covers a window of the bulk; scores outside it go to ``tails``
-    tails: Tails | None = None  # the sorted positives' sums for the scores outside the window
+    windowed: bool = False  # the grid covers pages of the range only; scores outside them go to ``tails``
+    tails: Tails | None = None  # the sorted positives' sums for the scores outside the pages
+    page_nodes: int = 0  # nodes per page (windowed): node index = slot·page_nodes + node within the page
+    page_first: float = 0.0  # page number of ``page_slots[0]``
+    page_slots: Tensor | None = None  # [span] int64: each page's slot, −1 where the page is not on the grid
+    node_start: Tensor | None = None  # [nodes] float64: the absolute node number each node's page starts at
     wide: bool = False  # node numbers beyond float32's exact integers (2^22 here): locate scores in float64
     deep_tail: bool = False  # some |z| passes 690: σ from its logarithm (see _sigmoid_blocks)
     exact_positive_grad: Tensor = field(init=False)  # [B] float64: the exactly paired scores' share, accumulated
@@ -152,13 +159,18 @@ class GridPlan:
         nodes ``j_begin:j_end`` (about :data:`TABLE_BLOCK` entries each)."""
         device = self.positives.device
         node_t = torch.arange(j_begin, j_end, dtype=torch.float64, device=device)
-        # J0 − p_i/h first (J0 is a float64 integer, :func:`_first_node`): node numbers of scores past 1e17 exceed
-        # int64, and a Python int that large cannot become a tensor
-        offset = float(self.j0) - self.positives / self.h
+        # (page start − p_i/h) first, then the node within the page: node numbers of scores past 1e17 exceed int64
+        # (a Python int that large cannot become a tensor); starts are float64 integers (:func:`_first_node`)
+        if self.page_nodes:
+            start = self.node_start[j_begin:j_end].unsqueeze(0)
+            node_t = torch.remainder(node_t, self.page_nodes)
+        else:
+            start = torch.full((1, 1), float(self.j0), dtype=torch.float64, device=device)
+        scaled = self.positives / self.h
         step = max(1, TABLE_BLOCK // max(1, j_end - j_begin))
-        for begin in range(0, offset.numel(), step):
+        for begin in range(0, scaled.numel(), step):
             rows = slice(begin, begin + step)
-            z = (node_t.unsqueeze(0) + offset[rows].unsqueeze(1)) * self.alpha  # [b, width]
+            z = ((start - scaled[rows].unsqueeze(1)) + node_t.unsqueeze(0)) * self.alpha  # [b, width]
             # torch.sigmoid flushes σ(z) to 0 below z ≈ −709, where softplus(z) still holds e^z: the Taylor terms
             # beyond the first would be lost there; exp(log σ) keeps σ down to float64's subnormals (twice the cost)
             s = torch.exp(torch.nn.functional.logsigmoid(z)) if self.deep_tail else torch.sigmoid(z)
@@ -195,6 +207,18 @@ class GridPlan:
         self.loss_table = torch.cat([loss_t, zero])
         self.grad_table = torch.cat([grad_t, zero]).to(dtype)
         self.moments = loss_t.new_zeros(self.nodes, self.degree + 1)
+
+    def build_pages(self, pages: Tensor, page_nodes: int, dtype: torch.dtype) -> None:
+        """A grid of ``pages`` (sorted absolute page numbers, float64) of ``page_nodes`` nodes each, and its tables;
+        the scores on no page go to :attr:`tails`."""
+        device = self.positives.device
+        self.page_nodes = page_nodes
+        self.page_first = float(pages[0]) if pages.numel() else 0.0
+        span = int(pages[-1] - pages[0]) + 1 if pages.numel() else 1
+        self.page_slots = torch.full((span,), -1, dtype=torch.int64, device=device)
+        self.page_slots[(pages - self.page_first).long()] = torch.arange(pages.numel(), device=device)
+        self.node_start = (pages * page_nodes).repeat_interleave(page_nodes)
+        self.build(0, pages.numel() * page_nodes - 1, dtype)
 
     def deferred_positive_grad(self) -> Tensor:
         """The positives' gradient of every chunk run with this plan (their moments accumulated in backward)."""
@@ -248,6 +272,16 @@ def _locate(x: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor]:
     node, with its true offset."""
     t = (x.double() if plan.wide else x) * (1.0 / plan.h)
     node = torch.round(t)
+    if plan.page_nodes:  # node index = slot·P + node within its page; −1 off the pages (all exact in float)
+        size = plan.page_nodes
+        page = torch.floor(node * (1.0 / size))
+        u = t - node
+        rel = page - plan.page_first
+        span = plan.page_slots.numel()
+        slot = plan.page_slots.index_select(0, rel.clamp(0, span - 1).long())
+        slot = slot.masked_fill_((rel < 0) | (rel > span - 1), -1).to(t.dtype)
+        index = torch.where(slot < 0, -1.0, slot * size + (node - page * size))
+        return index, u
     if not plan.windowed:
         node.clamp_(float(plan.j0), float(plan.j0) + plan.nodes - 1)
     u = t - node
@@ -359,17 +393,45 @@ def pair_sums(
 
 def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> GridPlan:
     """The grid for scores in ``[lo, hi]`` (``n_scores`` of them, compared with ``positives``): the cheapest layout
-    by the cost model (:func:`_layout`): a level over the whole range, nodes one past each end, or a level over a
-    window where ``sample`` (a block of the scores) is densest, the scores outside it summed by :class:`Tails`."""
-    index, lo_node, hi_node = _layout(positives.numel(), inv_tau, lo, hi, n_scores, sample)
-    plan = make_plan(positives, inv_tau, index)
-    plan.deep_tail = (hi - lo) * inv_tau + 2 * plan.alpha > 690  # the positives lie in [lo, hi] too
-    if (lo_node, hi_node) != (_first_node(math.floor(lo / plan.h) - 1), math.ceil(hi / plan.h) + 1):
-        plan.windowed = True
+    by the cost model, either a level over the whole range (nodes one past each end), or, for ranges wider than the
+    finest level's :data:`MAX_NODES` nodes, pages of the finest level where a sample of the scores (``sample``, a
+    block of them) says the grid is cheaper than the tails (:func:`_pages`), every other score summed by
+    :class:`Tails` from the sorted positives."""
+    dtype = torch.float64 if sample.dtype == torch.float64 else torch.float32
+    options = []  # (cost, level, lo_node, hi_node)
+    for index, (alpha_max, degree) in enumerate(LEVELS):
+        h = _spacing(inv_tau, alpha_max)
+        lo_node, hi_node = _first_node(math.floor(lo / h) - 1), math.ceil(hi / h) + 1
+        nodes = hi_node - lo_node + 1
+        if nodes <= MAX_NODES:
+            cost = n_scores * _neg_ns(degree) + positives.numel() * nodes * _pos_ns(degree)
+            options.append((cost, index, lo_node, hi_node))
+    paged = None
+    if (hi - lo) * inv_tau > PAGES_FROM:
+        plan = make_plan(positives, inv_tau, 0)
         plan.tails = Tails(plan.positives, inv_tau, lo, hi)
-    plan.wide = max(abs(lo_node), abs(hi_node)) >= 2**22 and sample.dtype != torch.float64
-    plan.build(lo_node, hi_node, torch.float64 if sample.dtype == torch.float64 else torch.float32)
+        pages, cost = _pages(plan, n_scores, sample)
+        paged = (cost, plan, pages)
+    if paged is not None and (not options or paged[0] < min(options)[0]):
+        _, plan, pages = paged
+        plan.windowed = True
+        plan.wide = max(abs(lo), abs(hi)) / plan.h >= 2**22 and dtype != torch.float64
+        plan.build_pages(pages, PAGE_NODES, dtype)
+    else:
+        _, index, lo_node, hi_node = min(options)
+        plan = make_plan(positives, inv_tau, index)
+        plan.wide = max(abs(lo_node), abs(hi_node)) >= 2**22 and dtype != torch.float64
+        plan.build(lo_node, hi_node, dtype)
+    plan.deep_tail = (hi - lo) * inv_tau + 2 * plan.alpha > 690  # the positives lie in [lo, hi] too
     return plan
+
+
+def _neg_ns(degree: int) -> float:
+    return NEG_NS[0] + NEG_NS[1] * (degree + 1)
+
+
+def _pos_ns(degree: int) -> float:
+    return POS_NS[0] + POS_NS[1] * (degree + 2)
 
 
 def _first_node(node: int) -> int:
@@ -380,40 +442,31 @@ def _first_node(node: int) -> int:
     return int(as_float)
 
 
-def _layout(n_pos: int, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> tuple[int, int, int]:
-    """``(level, first node, last node)`` of the cheapest layout by the measured cost model (:data:`NEG_NS`,
-    :data:`POS_NS`, :data:`TAIL_NS`): each level over the whole range where it fits in :data:`MAX_NODES` nodes, and,
-    for ranges wider than the finest level's bound, each level over a window of :data:`WINDOW_NODES` nodes placed
-    where a strided sample of ``sample`` is densest (a second host read), its share of the scores in the window on
-    the grid and the rest on the tails."""
-    options = []  # (cost, level, lo_node, hi_node)
-    windows = []  # (level, nodes, h)
-    for index, (alpha_max, degree) in enumerate(LEVELS):
-        h = _spacing(inv_tau, alpha_max)
-        neg, pos = NEG_NS[0] + NEG_NS[1] * (degree + 1), n_pos * (POS_NS[0] + POS_NS[1] * (degree + 2))
-        lo_node, hi_node = _first_node(math.floor(lo / h) - 1), math.ceil(hi / h) + 1
-        nodes = hi_node - lo_node + 1
-        if nodes <= MAX_NODES:
-            options.append((n_scores * neg + pos * nodes, index, lo_node, hi_node))
-        if (hi - lo) * inv_tau > WINDOW_FROM:
-            windows.extend((index, width, h) for width in WINDOW_NODES if width < nodes)
-    if windows:
-        picks = sample.detach().reshape(-1)
-        picks = torch.sort(picks[:: max(1, picks.numel() // WINDOW_SAMPLE)].to(torch.float64))[0]
-        spans = torch.tensor([(width - 3) * h for _, width, h in windows], dtype=torch.float64, device=picks.device)
-        inside = torch.searchsorted(picks, picks.unsqueeze(0) + spans.unsqueeze(1), right=True)
-        inside -= torch.arange(picks.numel(), device=picks.device)
-        most, start = inside.max(dim=1)
-        starts = picks[start].tolist()
-        for (index, width, h), count, first in zip(windows, (most.double() / picks.numel()).tolist(), starts):
-            degree = LEVELS[index][1]
-            neg = NEG_NS[0] + NEG_NS[1] * (degree + 1)
-            cost = n_scores * (count * neg + (1 - count) * TAIL_NS)
-            cost += n_pos * width * (POS_NS[0] + POS_NS[1] * (degree + 2))
-            lo_node = _first_node(math.floor(first / h) - 1)
-            options.append((cost, index, lo_node, lo_node + width - 1))
-    _, index, lo_node, hi_node = min(options)
-    return index, lo_node, hi_node
+def _pages(plan: GridPlan, n_scores: int, sample: Tensor) -> tuple[Tensor, float]:
+    """The pages (of :data:`PAGE_NODES` nodes at the plan's level) worth a grid, and the layout's estimated cost
+    in ns: from a strided sample of the scores, each page's share of the scores and the positives within reach of
+    it; a page goes on the grid when its scores would cost more on the tails (:data:`TAIL_NS` a score and
+    :data:`NEAR_NS` a pair of its near run) than on the grid (its scores' deposits and its B × page tables). This
+    bounds the pairs evaluated one by one: a page full of scores among many positives is on the grid. The pages
+    span at most :data:`MAX_PAGE_SPAN` page numbers (around the costliest)."""
+    flat = sample.detach().reshape(-1)
+    picks = flat[:: max(1, flat.numel() // PAGE_SAMPLE)].to(torch.float64)
+    size, degree = PAGE_NODES, plan.degree
+    page = torch.floor(torch.round(picks / plan.h) / size)
+    pages, counts = torch.unique(page, return_counts=True)
+    share = counts.to(torch.float64) * (n_scores / picks.numel())
+    reach = TAIL_Z / plan.inv_tau
+    ps = plan.tails.sorted
+    near = torch.searchsorted(ps, (pages + 1) * size * plan.h + reach, right=True)
+    near -= torch.searchsorted(ps, pages * size * plan.h - reach)
+    on_tails = share * (TAIL_NS + near.to(torch.float64) * NEAR_NS)
+    on_grid = share * _neg_ns(degree) + ps.numel() * size * _pos_ns(degree)
+    chosen = on_grid < on_tails
+    if bool(chosen.any()):
+        heaviest = pages[torch.argmax(torch.where(chosen, on_tails, -1.0))]
+        chosen &= (pages - heaviest).abs() < MAX_PAGE_SPAN // 2
+    cost = float(torch.where(chosen, on_grid, on_tails).sum())
+    return pages[chosen], cost
 
 
 def grid_pair_sum(

@@ -33,10 +33,10 @@ from torch import Tensor
 __all__ = ["SERIES_TERMS", "TAIL_Z", "Tails"]
 
 #: exponential terms K of each side's series, and the distance T (in τ) beyond which a pair is summed by them: the
-#: first neglected term, e^{−(K+1)T}/(K+1) ≈ 2e-14, is relative to the pair's value on both sides (and absolute
+#: first neglected term, e^{−(K+1)T}/(K+1) ≈ 3e-14, is relative to the pair's value on both sides (and absolute
 #: for σ, the gradient)
-SERIES_TERMS = 3
-TAIL_Z = 7.5
+SERIES_TERMS = 2
+TAIL_Z = 10.0
 #: gaps between sorted positives are capped at this many τ in the log-cumulative sums: e^{−745} is float64's
 #: smallest subnormal, so every term across a larger gap is zero in float64 anyway
 GAP_CAP = 750.0
@@ -64,97 +64,109 @@ class Tails:
         zero = ps.new_zeros(1)
         # S_c = Σ_{j≤c} (p_c − p_j): S_c = S_{c−1} + c·gap_{c−1}, non-negative terms
         steps = torch.arange(1, self.count, dtype=torch.float64, device=device) * gaps
-        self.spread = torch.cat([zero, torch.cumsum(steps, 0)])
+        spread = torch.cat([zero, torch.cumsum(steps, 0)])
         coord = torch.cat([zero, torch.cumsum((gaps * self.inv_tau).clamp_max(GAP_CAP), 0)])  # E_c, in τ
         ks = torch.arange(1, SERIES_TERMS + 1, dtype=torch.float64, device=device)
         kc = coord.unsqueeze(1) * ks  # [B, K]: k·E_c
         self.coord_k = kc
         # below[c, k] = Σ_{j≤c} e^{−k(E_c − E_j)}, above[c, k] = Σ_{j≥c} e^{−k(E_j − E_c)}: both in [1, B]
-        self.below = torch.exp(torch.logcumsumexp(kc, 0) - kc)
-        self.above = torch.exp(torch.logcumsumexp((-kc).flip(0), 0).flip(0) + kc)
+        below = torch.exp(torch.logcumsumexp(kc, 0) - kc)
+        above = torch.exp(torch.logcumsumexp((-kc).flip(0), 0).flip(0) + kc)
         self.signs = torch.tensor([(-1.0) ** k for k in range(SERIES_TERMS)], dtype=torch.float64, device=device)
-        self.ks = ks
         # buckets: power-of-two width at least Tτ, at most MAX_BUCKETS of them over [lo, hi]
         reach = TAIL_Z / self.inv_tau
         self.width = _pow2_at_least(max(reach, (hi - lo) / MAX_BUCKETS))
         self.first = math.floor(lo / self.width)
-        n_buckets = math.floor(hi / self.width) - self.first + 1
-        self.n_buckets = n_buckets
-        first_f = float(self.first)
-        edges = (first_f + torch.arange(n_buckets + 1, dtype=torch.float64, device=device)) * self.width
+        self.n_buckets = n_buckets = math.floor(hi / self.width) - self.first + 1
+        edges = (float(self.first) + torch.arange(n_buckets + 1, dtype=torch.float64, device=device)) * self.width
         # a positive is on a side only when it truly lies ≥ Tτ beyond the bucket (the comparison with the rounded
         # edge ± Tτ errs toward the near run)
-        self.cut_lin = torch.searchsorted(ps, edges[:-1] - reach, right=False)  # j < cut_lin: p ≤ e_b − Tτ
-        self.cut_exp = torch.searchsorted(ps, edges[1:] + reach, right=True)  # j ≥ cut_exp: p ≥ e_{b+1} + Tτ
+        cut_lin = torch.searchsorted(ps, edges[:-1] - reach, right=False)  # j < cut_lin: p ≤ e_b − Tτ
+        cut_exp = torch.searchsorted(ps, edges[1:] + reach, right=True)  # j ≥ cut_exp: p ≥ e_{b+1} + Tτ
+        self.cut_lin, self.cut_exp = cut_lin, cut_exp
+        self.near_length = (cut_exp - cut_lin).clamp_min(0)
+        # per bucket, what a score needs of each side: the side's nearest positive (a finite stand-in, lo or hi,
+        # where the side is empty: every coefficient is then 0), and the coefficients of the series
+        self.lin_slot, self.exp_slot = (cut_lin - 1).clamp_min(0), cut_exp.clamp_max(self.count - 1)
+        self.has_lin = (cut_lin > 0).to(torch.float64)
+        self.has_exp = (cut_exp < self.count).to(torch.float64)
+        self.lin_near = torch.where(cut_lin > 0, ps[self.lin_slot], lo)
+        self.lin_count = cut_lin.to(torch.float64)
+        self.lin_spread = spread[self.lin_slot] * self.inv_tau * self.has_lin
+        self.lin_coef = [below[self.lin_slot, k] * self.signs[k] * self.has_lin for k in range(SERIES_TERMS)]
+        self.exp_near = torch.where(cut_exp < self.count, ps[self.exp_slot], hi)
+        self.exp_coef = [above[self.exp_slot, k] * self.signs[k] * self.has_exp for k in range(SERIES_TERMS)]
+        self.inv_k = [1.0 / k for k in range(1, SERIES_TERMS + 1)]
+        columns = [self.lin_count]
+        for k in range(SERIES_TERMS):
+            columns.extend([self.lin_coef[k], self.exp_coef[k]])
+        self.grad_table = torch.stack(columns, dim=1)
 
-    def _buckets(self, x: Tensor) -> Tensor:
-        # x/width is exact (a power-of-two scale), floor exact; the difference of two nearby integers is exact
+    def buckets(self, x: Tensor) -> Tensor:
+        """Each score's bucket: ``x/width`` is exact (a power-of-two scale), its floor too, and the difference of two
+        nearby integers in float64 is exact."""
         return (torch.floor(x * (1.0 / self.width)) - float(self.first)).clamp_(0, self.n_buckets - 1).long()
 
     def pair_sums(self, x: Tensor, needs_grad: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``(Σ_{k, i} softplus((x_k − p_i)·inv_tau)`` in float64, ``∂/∂x`` [n] and ``∂/∂p`` [B] in float64
-        (None without ``needs_grad``)``)`` for scores ``x`` (float64) inside the range the buckets were made for."""
-        inv_tau, count, ps = self.inv_tau, self.count, self.sorted
-        bucket = self._buckets(x)
-        c_lin, c_exp = self.cut_lin[bucket], self.cut_exp[bucket]
-        total = torch.zeros((), dtype=torch.float64, device=x.device)
-        grad_x = torch.zeros_like(x) if needs_grad else None
-        grad_sorted = torch.zeros_like(ps) if needs_grad else None
-        coef = self.signs / self.ks  # (−1)^{k+1}/k
-        # linear side: positives j < c_lin
-        has = c_lin > 0
-        if bool(has.any()):
-            idx = has.nonzero().squeeze(1)
-            c = c_lin[idx]
-            r = c - 1
-            d = (x[idx] - ps[r]) * inv_tau  # ≥ T
-            q = torch.exp(-d.unsqueeze(1) * self.ks)  # [n, K]: e^{−k d}
-            terms = q * self.below[r]  # Σ_{j<c} e^{−k(x − p_j)/τ}
-            cf = c.to(torch.float64)
-            total += (cf * d).sum() + self.spread[r].sum() * inv_tau + (terms @ coef).sum()
-            if needs_grad:
-                grad_x[idx] += inv_tau * (cf - terms @ self.signs)
-                # ∂/∂p_j = −inv_tau·Σ_{x: j < c(x)} (1 − Σ_k (−1)^{k+1} e^{−k(x − p_j)/τ})
-                counts = torch.bincount(c, minlength=count + 1).to(torch.float64)
-                on_lin = counts.flip(0).cumsum(0).flip(0)[1:]  # #scores with c > j
-                carried = self._carry_down(q, r)  # Σ_{x: c(x)−1 ≥ j} e^{−k(x − p_j)/τ}, [B, K]
-                grad_sorted -= inv_tau * (on_lin - carried @ self.signs)
-        # exponential side: positives j ≥ c_exp
-        has = c_exp < count
-        if bool(has.any()):
-            idx = has.nonzero().squeeze(1)
-            e = c_exp[idx]
-            d = (ps[e] - x[idx]) * inv_tau  # ≥ T
-            q = torch.exp(-d.unsqueeze(1) * self.ks)
-            terms = q * self.above[e]
-            total += (terms @ coef).sum()
-            if needs_grad:
-                grad_x[idx] += inv_tau * (terms @ self.signs)
-                carried = self._carry_up(q, e)  # Σ_{x: c_exp(x) ≤ j} e^{−k(p_j − x)/τ}
-                grad_sorted -= inv_tau * (carried @ self.signs)
+        (None without ``needs_grad``)``)`` for scores ``x`` (float64) inside the range the buckets were made for.
+
+        Per score: its bucket, the distance to each side's nearest positive and one exponential per side; the loss
+        and the positives' gradient need only per-bucket sums of those (the side's coefficients are the bucket's)."""
+        inv_tau, count, n_b = self.inv_tau, self.count, self.n_buckets
+        bucket = self.buckets(x)
+        d_lin = (x - self.lin_near.index_select(0, bucket)).mul_(inv_tau)  # ≥ T where the side is not empty
+        d_exp = (self.exp_near.index_select(0, bucket) - x).mul_(inv_tau)
+        powers = [torch.exp(-d_lin), torch.exp(-d_exp)]  # e^{−d}, then e^{−2d}, ...
+        for k in range(1, SERIES_TERMS):
+            powers.extend([powers[2 * k - 2] * powers[0], powers[2 * k - 1] * powers[1]])
+        sums = torch.zeros(2 + 2 * SERIES_TERMS, n_b, dtype=torch.float64, device=x.device)
+        sums[0].index_add_(0, bucket, torch.ones_like(x))
+        sums[1].index_add_(0, bucket, d_lin)
+        for i, power in enumerate(powers):
+            sums[2 + i].index_add_(0, bucket, power)
+        per_count, lin_power, exp_power = sums[0], sums[2::2], sums[3::2]  # [K, n_b] each
+        total = (self.lin_count * sums[1]).sum() + (self.lin_spread * per_count).sum()
+        for k in range(SERIES_TERMS):
+            total += ((self.lin_coef[k] * lin_power[k]).sum() + (self.exp_coef[k] * exp_power[k]).sum()) * self.inv_k[k]
+        grad_x = grad_sorted = None
+        if needs_grad:
+            coef = self.grad_table.index_select(0, bucket)  # [n, 1 + 2K]: c, then the sides' coefficients
+            sigma = coef[:, 0].clone()
+            for k in range(SERIES_TERMS):
+                sigma -= coef[:, 1 + 2 * k] * powers[2 * k]
+                sigma += coef[:, 2 + 2 * k] * powers[2 * k + 1]
+            grad_x = sigma.mul_(inv_tau)
+            # ∂/∂p_j = −inv_tau·Σ_x σ((x − p_j)/τ): the bare exponentials summed per bucket (above), then per slot
+            # (the side's nearest positive), then carried along the sorted positives
+            on_lin = torch.zeros(count + 1, dtype=torch.float64, device=x.device)
+            on_lin.index_add_(0, self.cut_lin, per_count)
+            on_lin = on_lin.flip(0).cumsum(0).flip(0)[1:]  # #scores with c > j
+            lin_dep = torch.zeros(count, SERIES_TERMS, dtype=torch.float64, device=x.device)
+            lin_dep.index_add_(0, self.lin_slot, (lin_power * self.has_lin).T)
+            exp_dep = torch.zeros(count, SERIES_TERMS, dtype=torch.float64, device=x.device)
+            exp_dep.index_add_(0, self.exp_slot, (exp_power * self.has_exp).T)
+            down, up = self._carry_down(lin_dep) @ self.signs, self._carry_up(exp_dep) @ self.signs
+            grad_sorted = -inv_tau * (on_lin - down + up)
         # the near run: every pair, directly
-        lengths = (c_exp - c_lin).clamp_min(0)
+        lengths = self.near_length.index_select(0, bucket)
         near = lengths.nonzero().squeeze(1)
         if near.numel():
-            total += self._near(x, near, c_lin[near], lengths[near], grad_x, grad_sorted)
+            total = total + self._near(x, near, self.cut_lin[bucket[near]], lengths[near], grad_x, grad_sorted)
         grad_pos = None
         if needs_grad:
             grad_pos = torch.empty_like(grad_sorted)
             grad_pos[self.order] = grad_sorted
         return total, grad_x, grad_pos
 
-    def _carry_down(self, q: Tensor, slot: Tensor) -> Tensor:
-        """``Y[j, k] = Σ_{x: slot(x) ≥ j} q_x,k·e^{−k(p_{slot(x)} − p_j)/τ}`` (the linear side's exponentials seen
-        from each positive below the scores' slots)."""
-        dep = torch.zeros(self.count, q.size(1), dtype=torch.float64, device=q.device)
-        dep.index_add_(0, slot, q)
+    def _carry_down(self, dep: Tensor) -> Tensor:
+        """``Y[j, k] = Σ_{i ≥ j} dep[i, k]·e^{−k(p_i − p_j)/τ}`` (the linear side's exponentials, deposited at each
+        score's nearest positive, seen from each positive below)."""
         kc = self.coord_k
         return torch.exp(torch.logcumsumexp((torch.log(dep) - kc).flip(0), 0).flip(0) + kc)
 
-    def _carry_up(self, q: Tensor, slot: Tensor) -> Tensor:
-        """``Y[j, k] = Σ_{x: slot(x) ≤ j} q_x,k·e^{−k(p_j − p_{slot(x)})/τ}`` (the exponential side's, from above)."""
-        dep = torch.zeros(self.count, q.size(1), dtype=torch.float64, device=q.device)
-        dep.index_add_(0, slot, q)
+    def _carry_up(self, dep: Tensor) -> Tensor:
+        """``Y[j, k] = Σ_{i ≤ j} dep[i, k]·e^{−k(p_j − p_i)/τ}`` (the exponential side's, seen from above)."""
         kc = self.coord_k
         return torch.exp(torch.logcumsumexp(torch.log(dep) + kc, 0) - kc)
 
@@ -188,5 +200,5 @@ class Tails:
 
     def near_pairs(self, x: Tensor) -> int:
         """How many pairs of ``x`` the near runs hold (a host read)."""
-        bucket = self._buckets(x)
-        return int((self.cut_exp[bucket] - self.cut_lin[bucket]).clamp_min(0).sum())
+        bucket = self.buckets(x)
+        return int(self.near_length[bucket].sum())
