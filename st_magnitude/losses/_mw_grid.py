@@ -306,14 +306,30 @@ class _GridPairs(torch.autograd.Function):
         own = torch.arange(rows, device=flat.device) * width + own_columns
         chunk = CPU_CHUNK if flat.device.type == "cpu" else GPU_CHUNK
         grad_cols = plan.grad_table.T.contiguous()  # [D+1, nodes+1]
+        if plan.windowed:  # the scores off the grid's pages: from the sorted positives (:class:`Tails`)
+            tail_sums = plan.tails.start()
         for begin in range(0, flat.numel(), chunk):
             x = flat[begin : begin + chunk]
             node, u = _locate(x, plan)
-            if plan.windowed:  # scores outside the grid go to the dummy node (zero tables) and are paired exactly
+            on_grid = None
+            if plan.windowed:  # the own positives among them are taken out again below
                 outside = (node < 0) | (node > nodes - 1)
+                n_out = int(outside.sum())
+                if n_out == x.numel():
+                    loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad)
+                    loss_exact += loss_c
+                    if needs_grad:
+                        grad_block[begin : begin + chunk] = g_neg
+                    continue
                 out_idx = outside.nonzero().squeeze(1)
-                node = node.masked_fill(outside, nodes)
-                u = u.masked_fill(outside, 0.0)
+                if n_out:
+                    loss_c, g_neg = plan.tails.add(x[out_idx].to(torch.float64), tail_sums, needs_grad)
+                    loss_exact += loss_c
+                    if needs_grad:
+                        grad_block[begin + out_idx] = g_neg.to(flat.dtype)
+                if out_idx.numel():
+                    on_grid = (~outside).nonzero().squeeze(1)
+                    node, u = node[on_grid], u[on_grid]
             index = node.to(_index_dtype(flat))
             v = u.to(torch.float64) * plan.alpha
             _deposit(moments[:, 0], index, None, nodes + 1)
@@ -327,15 +343,19 @@ class _GridPairs(torch.autograd.Function):
                 g = grad_cols[degree].index_select(0, index)
                 for m in range(degree - 1, -1, -1):
                     g = torch.addcmul(grad_cols[m].index_select(0, index), g, v_g)
-                grad_block[begin : begin + chunk] = g
-            if plan.windowed:  # the scores outside the window, against every positive, from the sorted positives
-                idx = out_idx[~torch.isin(out_idx + begin, own)]
-                if idx.numel():
-                    loss_c, g_neg, g_pos = plan.tails.pair_sums(x[idx].to(torch.float64), needs_grad)
-                    loss_exact += loss_c
-                    if needs_grad:
-                        pos_exact += g_pos
-                        grad_block[begin + idx] = g_neg.to(flat.dtype)
+                if on_grid is None:
+                    grad_block[begin : begin + chunk] = g
+                else:
+                    grad_block[begin + on_grid] = g
+        if plan.windowed:
+            node, _ = _locate(flat[own], plan)
+            own_out = flat[own][(node < 0) | (node > nodes - 1)]
+            if own_out.numel():
+                loss_exact += plan.tails.add(own_out.to(torch.float64), tail_sums, needs_grad, sign=-1.0)[0]
+            loss_c, g_pos = plan.tails.finish(tail_sums, needs_grad)
+            loss_exact += loss_c
+            if needs_grad:
+                pos_exact += g_pos
         # the rows' own positives are no negatives: take their moments out again and zero their gradient
         node, u = _locate(flat[own], plan)
         outside = (node < 0) | (node > nodes - 1)

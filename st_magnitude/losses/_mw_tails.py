@@ -101,35 +101,38 @@ class Tails:
         for k in range(SERIES_TERMS):
             columns.extend([self.lin_coef[k], self.exp_coef[k]])
         self.grad_table = torch.stack(columns, dim=1)
+        self.near_grad = torch.zeros_like(ps)  # the near runs' share of ∂/∂p (sorted), until :meth:`finish`
 
     def buckets(self, x: Tensor) -> Tensor:
         """Each score's bucket: ``x/width`` is exact (a power-of-two scale), its floor too, and the difference of two
         nearby integers in float64 is exact."""
         return (torch.floor(x * (1.0 / self.width)) - float(self.first)).clamp_(0, self.n_buckets - 1).long()
 
-    def pair_sums(self, x: Tensor, needs_grad: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """``(Σ_{k, i} softplus((x_k − p_i)·inv_tau)`` in float64, ``∂/∂x`` [n] and ``∂/∂p`` [B] in float64
-        (None without ``needs_grad``)``)`` for scores ``x`` (float64) inside the range the buckets were made for.
+    def start(self) -> Tensor:
+        """A fresh accumulator of per-bucket sums for :meth:`add` (one call of the pair stage)."""
+        return torch.zeros(2 + 2 * SERIES_TERMS, self.n_buckets, dtype=torch.float64, device=self.sorted.device)
+
+    def add(self, x: Tensor, sums: Tensor, needs_grad: bool, sign: float = 1.0) -> tuple[Tensor, Tensor | None]:
+        """Scores ``x`` (float64, inside the range the buckets were made for) against every positive: their near
+        runs' loss, returned with ``∂/∂x`` (float64, None without ``needs_grad``); the sides' share of the loss and
+        of the positives' gradient goes into ``sums`` (per bucket) for :meth:`finish`. The near runs' share of the
+        positives' gradient is added to ``sums``' companion, :attr:`near_grad` (sorted order). ``sign=-1`` takes
+        scores out again (their ``∂/∂x`` is then the caller's to discard).
 
         Per score: its bucket, the distance to each side's nearest positive and one exponential per side; the loss
         and the positives' gradient need only per-bucket sums of those (the side's coefficients are the bucket's)."""
-        inv_tau, count, n_b = self.inv_tau, self.count, self.n_buckets
+        inv_tau = self.inv_tau
         bucket = self.buckets(x)
         d_lin = (x - self.lin_near.index_select(0, bucket)).mul_(inv_tau)  # ≥ T where the side is not empty
         d_exp = (self.exp_near.index_select(0, bucket) - x).mul_(inv_tau)
         powers = [torch.exp(-d_lin), torch.exp(-d_exp)]  # e^{−d}, then e^{−2d}, ...
         for k in range(1, SERIES_TERMS):
             powers.extend([powers[2 * k - 2] * powers[0], powers[2 * k - 1] * powers[1]])
-        sums = torch.zeros(2 + 2 * SERIES_TERMS, n_b, dtype=torch.float64, device=x.device)
-        sums[0].index_add_(0, bucket, torch.ones_like(x))
-        sums[1].index_add_(0, bucket, d_lin)
+        sums[0].index_add_(0, bucket, torch.ones_like(x), alpha=sign)
+        sums[1].index_add_(0, bucket, d_lin, alpha=sign)
         for i, power in enumerate(powers):
-            sums[2 + i].index_add_(0, bucket, power)
-        per_count, lin_power, exp_power = sums[0], sums[2::2], sums[3::2]  # [K, n_b] each
-        total = (self.lin_count * sums[1]).sum() + (self.lin_spread * per_count).sum()
-        for k in range(SERIES_TERMS):
-            total += ((self.lin_coef[k] * lin_power[k]).sum() + (self.exp_coef[k] * exp_power[k]).sum()) * self.inv_k[k]
-        grad_x = grad_sorted = None
+            sums[2 + i].index_add_(0, bucket, power, alpha=sign)
+        grad_x = None
         if needs_grad:
             coef = self.grad_table.index_select(0, bucket)  # [n, 1 + 2K]: c, then the sides' coefficients
             sigma = coef[:, 0].clone()
@@ -137,27 +140,49 @@ class Tails:
                 sigma -= coef[:, 1 + 2 * k] * powers[2 * k]
                 sigma += coef[:, 2 + 2 * k] * powers[2 * k + 1]
             grad_x = sigma.mul_(inv_tau)
-            # ∂/∂p_j = −inv_tau·Σ_x σ((x − p_j)/τ): the bare exponentials summed per bucket (above), then per slot
-            # (the side's nearest positive), then carried along the sorted positives
-            on_lin = torch.zeros(count + 1, dtype=torch.float64, device=x.device)
-            on_lin.index_add_(0, self.cut_lin, per_count)
-            on_lin = on_lin.flip(0).cumsum(0).flip(0)[1:]  # #scores with c > j
-            lin_dep = torch.zeros(count, SERIES_TERMS, dtype=torch.float64, device=x.device)
-            lin_dep.index_add_(0, self.lin_slot, (lin_power * self.has_lin).T)
-            exp_dep = torch.zeros(count, SERIES_TERMS, dtype=torch.float64, device=x.device)
-            exp_dep.index_add_(0, self.exp_slot, (exp_power * self.has_exp).T)
-            down, up = self._carry_down(lin_dep) @ self.signs, self._carry_up(exp_dep) @ self.signs
-            grad_sorted = -inv_tau * (on_lin - down + up)
         # the near run: every pair, directly
+        total = torch.zeros((), dtype=torch.float64, device=x.device)
         lengths = self.near_length.index_select(0, bucket)
         near = lengths.nonzero().squeeze(1)
         if near.numel():
-            total = total + self._near(x, near, self.cut_lin[bucket[near]], lengths[near], grad_x, grad_sorted)
-        grad_pos = None
-        if needs_grad:
-            grad_pos = torch.empty_like(grad_sorted)
-            grad_pos[self.order] = grad_sorted
-        return total, grad_x, grad_pos
+            total = self._near(x, near, self.cut_lin[bucket[near]], lengths[near], grad_x, sign)
+        return total, grad_x
+
+    def finish(self, sums: Tensor, needs_grad: bool) -> tuple[Tensor, Tensor | None]:
+        """The sides' loss from the per-bucket ``sums`` of :meth:`add`, and the positives' whole gradient (the
+        sides' and :attr:`near_grad`, which it resets; float64, input order)."""
+        per_count, lin_power, exp_power = sums[0], sums[2::2], sums[3::2]  # [K, n_b] each
+        total = (self.lin_count * sums[1]).sum() + (self.lin_spread * per_count).sum()
+        for k in range(SERIES_TERMS):
+            total += ((self.lin_coef[k] * lin_power[k]).sum() + (self.exp_coef[k] * exp_power[k]).sum()) * self.inv_k[
+                k
+            ]
+        if not needs_grad:
+            return total, None
+        # ∂/∂p_j = −inv_tau·Σ_x σ((x − p_j)/τ): the bare exponentials summed per bucket, then per slot (the side's
+        # nearest positive), then carried along the sorted positives
+        count, device = self.count, sums.device
+        on_lin = torch.zeros(count + 1, dtype=torch.float64, device=device)
+        on_lin.index_add_(0, self.cut_lin, per_count)
+        on_lin = on_lin.flip(0).cumsum(0).flip(0)[1:]  # #scores with c > j
+        lin_dep = torch.zeros(count, SERIES_TERMS, dtype=torch.float64, device=device)
+        lin_dep.index_add_(0, self.lin_slot, (lin_power * self.has_lin).T)
+        exp_dep = torch.zeros(count, SERIES_TERMS, dtype=torch.float64, device=device)
+        exp_dep.index_add_(0, self.exp_slot, (exp_power * self.has_exp).T)
+        down, up = self._carry_down(lin_dep) @ self.signs, self._carry_up(exp_dep) @ self.signs
+        grad_sorted = -self.inv_tau * (on_lin - down + up) + self.near_grad
+        self.near_grad = torch.zeros_like(self.near_grad)
+        grad_pos = torch.empty_like(grad_sorted)
+        grad_pos[self.order] = grad_sorted
+        return total, grad_pos
+
+    def pair_sums(self, x: Tensor, needs_grad: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``(Σ_{k, i} softplus((x_k − p_i)·inv_tau)`` in float64, ``∂/∂x`` [n] and ``∂/∂p`` [B] in float64
+        (None without ``needs_grad``)``)``: :meth:`add` and :meth:`finish` at once."""
+        sums = self.start()
+        near, grad_x = self.add(x, sums, needs_grad)
+        sides, grad_pos = self.finish(sums, needs_grad)
+        return near + sides, grad_x, grad_pos
 
     def _carry_down(self, dep: Tensor) -> Tensor:
         """``Y[j, k] = Σ_{i ≥ j} dep[i, k]·e^{−k(p_i − p_j)/τ}`` (the linear side's exponentials, deposited at each
@@ -171,7 +196,7 @@ class Tails:
         return torch.exp(torch.logcumsumexp(torch.log(dep) + kc, 0) - kc)
 
     def _near(
-        self, x: Tensor, rows: Tensor, start: Tensor, lengths: Tensor, grad_x: Tensor | None, grad_sorted: Tensor | None
+        self, x: Tensor, rows: Tensor, start: Tensor, lengths: Tensor, grad_x: Tensor | None, sign: float
     ) -> Tensor:
         """Every pair of the near runs (``rows``' scores against positives ``start … start + length``)."""
         total = torch.zeros((), dtype=torch.float64, device=x.device)
@@ -194,9 +219,9 @@ class Tails:
             total += torch.nn.functional.softplus(z).sum()
             if grad_x is not None:
                 s = torch.sigmoid(z)
-                grad_x.index_add_(0, row, s * self.inv_tau)
-                grad_sorted.index_add_(0, pos_idx, s * -self.inv_tau)
-        return total
+                grad_x.index_add_(0, row, s, alpha=self.inv_tau)
+                self.near_grad.index_add_(0, pos_idx, s, alpha=-self.inv_tau * sign)
+        return total * sign
 
     def near_pairs(self, x: Tensor) -> int:
         """How many pairs of ``x`` the near runs hold (a host read)."""
