@@ -308,22 +308,27 @@ class _GridPairs(torch.autograd.Function):
         grad_cols = plan.grad_table.T.contiguous()  # [D+1, nodes+1]
         if plan.windowed:  # the scores off the grid's pages: from the sorted positives (:class:`Tails`)
             tail_sums = plan.tails.start()
+            starts = torch.arange(0, flat.numel() + chunk, chunk, device=flat.device)
+            own_at = torch.searchsorted(own, starts).tolist()  # own is ascending: the own entries of each chunk
         for begin in range(0, flat.numel(), chunk):
             x = flat[begin : begin + chunk]
             node, u = _locate(x, plan)
             on_grid = None
-            if plan.windowed:  # the own positives among them are taken out again below
+            if plan.windowed:  # the own positives among them count for nothing there (``skip``)
                 outside = (node < 0) | (node > nodes - 1)
                 n_out = int(outside.sum())
+                own_here = own[own_at[begin // chunk] : own_at[begin // chunk + 1]] - begin
                 if n_out == x.numel():
-                    loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad)
+                    loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad, own_here)
                     loss_exact += loss_c
                     if needs_grad:
                         grad_block[begin : begin + chunk] = g_neg
                     continue
                 out_idx = outside.nonzero().squeeze(1)
                 if n_out:
-                    loss_c, g_neg = plan.tails.add(x[out_idx].to(torch.float64), tail_sums, needs_grad)
+                    at = torch.searchsorted(out_idx, own_here).clamp_max(n_out - 1)
+                    skip = at[out_idx[at] == own_here]
+                    loss_c, g_neg = plan.tails.add(x[out_idx].to(torch.float64), tail_sums, needs_grad, skip)
                     loss_exact += loss_c
                     if needs_grad:
                         grad_block[begin + out_idx] = g_neg.to(flat.dtype)
@@ -348,10 +353,6 @@ class _GridPairs(torch.autograd.Function):
                 else:
                     grad_block[begin + on_grid] = g
         if plan.windowed:
-            node, _ = _locate(flat[own], plan)
-            own_out = flat[own][(node < 0) | (node > nodes - 1)]
-            if own_out.numel():
-                loss_exact += plan.tails.add(own_out.to(torch.float64), tail_sums, needs_grad, sign=-1.0)[0]
             loss_c, g_pos = plan.tails.finish(tail_sums, needs_grad)
             loss_exact += loss_c
             if needs_grad:
@@ -427,7 +428,7 @@ def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_sc
             cost = n_scores * _neg_ns(degree) + positives.numel() * nodes * _pos_ns(degree)
             options.append((cost, index, lo_node, hi_node))
     paged = None
-    if (hi - lo) * inv_tau > PAGES_FROM:
+    if (hi - lo) * inv_tau > PAGES_FROM or not options:
         plan = make_plan(positives, inv_tau, 0)
         plan.tails = Tails(plan.positives, inv_tau, lo, hi)
         pages, cost = _pages(plan, n_scores, sample)

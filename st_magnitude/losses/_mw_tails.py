@@ -4,11 +4,11 @@ Scores outside the grid's window (:mod:`._mw_grid`) are compared with every posi
 sorted, into three runs around each score ``n`` (``z = (n − p)/τ``):
 
 * **linear side** (``p ≤ n − Tτ``, z ≥ T): ``softplus(z) = z + Σ_{k≤K} (−1)^{k+1} e^{−kz}/k`` (truncation below
-  ``e^{−(K+1)T}/(K+1)`` relative): the linear part is ``(c·(n − p_{c−1}) + S_{c−1})/τ`` with ``S_c = Σ_{j≤c}
+  ``e^{−(K+1)T}/((K+1)T)`` relative): the linear part is ``(c·(n − p_{c−1}) + S_{c−1})/τ`` with ``S_c = Σ_{j≤c}
   (p_c − p_j)`` a cumulative sum of non-negative gaps (no cancellation whatever the scores' magnitude), and each
   exponential is factorised, ``Σ_{j<c} e^{−k(n − p_j)/τ} = e^{−k(n − p_{c−1})/τ}·Σ_{j<c} e^{−k(p_{c−1} − p_j)/τ}``;
 * **exponential side** (``p ≥ n + Tτ``, z ≤ −T): ``softplus(z) = Σ_{k≤K} (−1)^{k+1} e^{kz}/k``, factorised the
-  same way around the first positive of the run;
+  same way around the first positive of the run (truncation below ``e^{−KT}/(K+1)`` relative);
 * **near run** (the rest, within about 3Tτ of n): evaluated pair by pair.
 
 The factorised sums ``Σ_{j≤c} e^{−k(p_c − p_j)/τ}`` (and their mirror) are log-cumulative sums over *local* gaps
@@ -33,8 +33,8 @@ from torch import Tensor
 __all__ = ["SERIES_TERMS", "TAIL_Z", "Tails"]
 
 #: exponential terms K of each side's series, and the distance T (in τ) beyond which a pair is summed by them: the
-#: first neglected term, e^{−(K+1)T}/(K+1) ≈ 3e-14, is relative to the pair's value on both sides (and absolute
-#: for σ, the gradient)
+#: first neglected term is, relative to the pair's value, e^{−KT}/(K+1) ≈ 7e-10 on the exponential side (below the
+#: grid's 1e-9) and e^{−(K+1)T}/((K+1)T) ≈ 3e-15 on the linear side; e^{−(K+1)T} ≈ 1e-13 absolute for σ
 SERIES_TERMS = 2
 TAIL_Z = 10.0
 #: gaps between sorted positives are capped at this many τ in the log-cumulative sums: e^{−745} is float64's
@@ -112,12 +112,15 @@ class Tails:
         """A fresh accumulator of per-bucket sums for :meth:`add` (one call of the pair stage)."""
         return torch.zeros(2 + 2 * SERIES_TERMS, self.n_buckets, dtype=torch.float64, device=self.sorted.device)
 
-    def add(self, x: Tensor, sums: Tensor, needs_grad: bool, sign: float = 1.0) -> tuple[Tensor, Tensor | None]:
+    def add(
+        self, x: Tensor, sums: Tensor, needs_grad: bool, skip: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """Scores ``x`` (float64, inside the range the buckets were made for) against every positive: their near
         runs' loss, returned with ``∂/∂x`` (float64, None without ``needs_grad``); the sides' share of the loss and
         of the positives' gradient goes into ``sums`` (per bucket) for :meth:`finish`. The near runs' share of the
-        positives' gradient is added to ``sums``' companion, :attr:`near_grad` (sorted order). ``sign=-1`` takes
-        scores out again (their ``∂/∂x`` is then the caller's to discard).
+        positives' gradient is added to :attr:`near_grad` (sorted order). ``skip``: positions in ``x`` that count
+        for nothing (the rows' own positives; their ``∂/∂x`` is the caller's to discard). They are zeroed, not
+        subtracted: a subtraction would leave rounding residue on a loss that may be 1e-25.
 
         Per score: its bucket, the distance to each side's nearest positive and one exponential per side; the loss
         and the positives' gradient need only per-bucket sums of those (the side's coefficients are the bucket's)."""
@@ -128,10 +131,15 @@ class Tails:
         powers = [torch.exp(-d_lin), torch.exp(-d_exp)]  # e^{−d}, then e^{−2d}, ...
         for k in range(1, SERIES_TERMS):
             powers.extend([powers[2 * k - 2] * powers[0], powers[2 * k - 1] * powers[1]])
-        sums[0].index_add_(0, bucket, torch.ones_like(x), alpha=sign)
-        sums[1].index_add_(0, bucket, d_lin, alpha=sign)
+        ones = torch.ones_like(x)
+        lengths = self.near_length.index_select(0, bucket)
+        if skip is not None and skip.numel():
+            for t in (ones, d_lin, *powers, lengths):
+                t[skip] = 0
+        sums[0].index_add_(0, bucket, ones)
+        sums[1].index_add_(0, bucket, d_lin)
         for i, power in enumerate(powers):
-            sums[2 + i].index_add_(0, bucket, power, alpha=sign)
+            sums[2 + i].index_add_(0, bucket, power)
         grad_x = None
         if needs_grad:
             coef = self.grad_table.index_select(0, bucket)  # [n, 1 + 2K]: c, then the sides' coefficients
@@ -142,10 +150,9 @@ class Tails:
             grad_x = sigma.mul_(inv_tau)
         # the near run: every pair, directly
         total = torch.zeros((), dtype=torch.float64, device=x.device)
-        lengths = self.near_length.index_select(0, bucket)
         near = lengths.nonzero().squeeze(1)
         if near.numel():
-            total = self._near(x, near, self.cut_lin[bucket[near]], lengths[near], grad_x, sign)
+            total = self._near(x, near, self.cut_lin[bucket[near]], lengths[near], grad_x)
         return total, grad_x
 
     def finish(self, sums: Tensor, needs_grad: bool) -> tuple[Tensor, Tensor | None]:
@@ -154,9 +161,8 @@ class Tails:
         per_count, lin_power, exp_power = sums[0], sums[2::2], sums[3::2]  # [K, n_b] each
         total = (self.lin_count * sums[1]).sum() + (self.lin_spread * per_count).sum()
         for k in range(SERIES_TERMS):
-            total += ((self.lin_coef[k] * lin_power[k]).sum() + (self.exp_coef[k] * exp_power[k]).sum()) * self.inv_k[
-                k
-            ]
+            sides = (self.lin_coef[k] * lin_power[k]).sum() + (self.exp_coef[k] * exp_power[k]).sum()
+            total += sides * self.inv_k[k]
         if not needs_grad:
             return total, None
         # ∂/∂p_j = −inv_tau·Σ_x σ((x − p_j)/τ): the bare exponentials summed per bucket, then per slot (the side's
@@ -188,16 +194,14 @@ class Tails:
         """``Y[j, k] = Σ_{i ≥ j} dep[i, k]·e^{−k(p_i − p_j)/τ}`` (the linear side's exponentials, deposited at each
         score's nearest positive, seen from each positive below)."""
         kc = self.coord_k
-        return torch.exp(torch.logcumsumexp((torch.log(dep) - kc).flip(0), 0).flip(0) + kc)
+        return torch.exp(torch.logcumsumexp((torch.log(dep.clamp_min(0)) - kc).flip(0), 0).flip(0) + kc)
 
     def _carry_up(self, dep: Tensor) -> Tensor:
         """``Y[j, k] = Σ_{i ≤ j} dep[i, k]·e^{−k(p_j − p_i)/τ}`` (the exponential side's, seen from above)."""
         kc = self.coord_k
-        return torch.exp(torch.logcumsumexp(torch.log(dep) + kc, 0) - kc)
+        return torch.exp(torch.logcumsumexp(torch.log(dep.clamp_min(0)) + kc, 0) - kc)
 
-    def _near(
-        self, x: Tensor, rows: Tensor, start: Tensor, lengths: Tensor, grad_x: Tensor | None, sign: float
-    ) -> Tensor:
+    def _near(self, x: Tensor, rows: Tensor, start: Tensor, lengths: Tensor, grad_x: Tensor | None) -> Tensor:
         """Every pair of the near runs (``rows``' scores against positives ``start … start + length``)."""
         total = torch.zeros((), dtype=torch.float64, device=x.device)
         ends = torch.cumsum(lengths, 0)
@@ -220,8 +224,8 @@ class Tails:
             if grad_x is not None:
                 s = torch.sigmoid(z)
                 grad_x.index_add_(0, row, s, alpha=self.inv_tau)
-                self.near_grad.index_add_(0, pos_idx, s, alpha=-self.inv_tau * sign)
-        return total * sign
+                self.near_grad.index_add_(0, pos_idx, s, alpha=-self.inv_tau)
+        return total
 
     def near_pairs(self, x: Tensor) -> int:
         """How many pairs of ``x`` the near runs hold (a host read)."""
