@@ -53,6 +53,7 @@ __all__ = [
     "LEVELS",
     "MAX_NODES",
     "grid_pair_sum",
+    "level_of",
     "make_plan",
     "pair_sums",
     "plan_for_range",
@@ -250,6 +251,11 @@ def make_plan(positives: Tensor, inv_tau: float, level: int) -> GridPlan:
     return GridPlan(positives=pos, inv_tau=float(inv_tau), alpha=h * inv_tau, degree=degree, h=h)
 
 
+def level_of(plan: GridPlan) -> int:
+    """The index in :data:`LEVELS` of the plan's level (each level has its own degree)."""
+    return [degree for _, degree in LEVELS].index(plan.degree)
+
+
 def _deposit(table: Tensor, index: Tensor, weights: Tensor | None, nodes: int) -> None:
     """``table[index[k]] += weights[k]`` (float64): bincount on the CPU (sequential, deterministic), ``index_add_``
     elsewhere (deterministic under ``torch.use_deterministic_algorithms(True)``)."""
@@ -433,17 +439,19 @@ def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_sc
         plan.tails = Tails(plan.positives, inv_tau, lo, hi)
         pages, cost = _pages(plan, n_scores, sample)
         paged = (cost, plan, pages)
+    deep_tail = (hi - lo) * inv_tau + 2 * LEVELS[-1][0] > 690  # the positives lie in [lo, hi] too
     if paged is not None and (not options or paged[0] < min(options)[0]):
         _, plan, pages = paged
+        plan.deep_tail = deep_tail
         plan.windowed = True
         plan.wide = max(abs(lo), abs(hi)) / plan.h >= 2**22 and dtype != torch.float64
         plan.build_pages(pages, PAGE_NODES, dtype)
     else:
         _, index, lo_node, hi_node = min(options)
         plan = make_plan(positives, inv_tau, index)
+        plan.deep_tail = deep_tail
         plan.wide = max(abs(lo_node), abs(hi_node)) >= 2**22 and dtype != torch.float64
         plan.build(lo_node, hi_node, dtype)
-    plan.deep_tail = (hi - lo) * inv_tau + 2 * plan.alpha > 690  # the positives lie in [lo, hi] too
     return plan
 
 
