@@ -25,15 +25,21 @@ points lie, so it is evaluated on a grid instead, *exactly to float64 rounding p
    A learnable 1/τ gets its gradient through the scaled scores (the caller multiplies them by it), as before.
 4. **The row's own positive** is deposited with the rest of the score block (no masked copy) and its moments are
    subtracted again; its gradient entry is set to 0 (it is no negative).
-5. **Bounded grid, exact tails.** G is the score range over h. A grid of more than :data:`MAX_NODES` nodes at the
-   coarsest level (outliers far from the bulk, or a range of thousands of τ) keeps a window of the bulk; scores
-   outside it are paired with every positive *exactly* (O(B) each). Positives need no window: their node tables are
-   exact wherever they lie.
+5. **Bounded grid, exact tails.** G is the score range over h. A range wider than the finest level covers in
+   :data:`MAX_NODES` nodes (thousands of τ: dot, qnorm or dnorm scores, cosine at τ = 1e-6, outliers) may instead
+   get a *paged* grid: pages of :data:`PAGE_NODES` nodes of the finest level where a sample of the scores says the
+   grid is cheaper (many scores among many positives), and every other score summed against every positive from
+   the sorted positives (:class:`~st_magnitude.losses._mw_tails.Tails`: softplus is linear on one side and a short
+   exponential series on the other, so both sides are prefix sums and factorised exponentials; only the pairs
+   within ~3Tτ of a score are evaluated one by one, and a page is gridded where those would be many). The cost
+   model (:data:`NEG_NS`, :data:`POS_NS`, :data:`TAIL_NS`, :data:`NEAR_NS`) picks between a whole-range level and
+   the pages. Positives need no window: their node tables are exact wherever they lie. Node numbers are float64
+   integers (scores past 1e17 have node numbers beyond int64).
 
 Cost: one pass over the scores, in cache-sized chunks, with D+1 deposits and D+1 gathers per score, plus ``2·B·G``
 table evaluations; about cross-entropy's cost from B ≈ 2,048 on (``python benchmarks/bench_mw_pairs.py``, the table in
 docs/mw_loss.md; ``--levels`` times each level). One host read per call: the range of the scores and positives
-(and, only in the windowed case, a sample's quantiles and the outliers' positions).
+(and, only for a paged grid, a sample's pages and each chunk's count of scores off them).
 """
 
 from __future__ import annotations
@@ -74,8 +80,9 @@ TABLE_BLOCK = 2**16
 #: per score ``NEG_NS[0] + NEG_NS[1]·(D+1)``, per (positive, node), both table passes, ``POS_NS[0] + POS_NS[1]·(D+2)``
 NEG_NS = (4.7, 1.74)
 POS_NS = (2.6, 1.1)
-#: measured costs in ns on one CPU thread of a score summed by the tails instead (``_mw_tails.py``) and of one pair
-#: of a near run there
+#: costs in ns on one CPU thread of a score summed by the tails instead (``_mw_tails.py``) and of one pair of a
+#: near run there: estimates from timing ``Tails.pair_sums`` alone on a loaded machine, not yet fitted by a
+#: committed command
 TAIL_NS = 60.0
 NEAR_NS = 25.0
 #: ranges wider than this many τ (the finest level's reach in :data:`MAX_NODES` nodes) may be paged
