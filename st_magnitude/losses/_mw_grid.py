@@ -27,7 +27,7 @@ points lie, so it is evaluated on a grid instead, *exactly to float64 rounding p
    subtracted again; its gradient entry is set to 0 (it is no negative).
 5. **Bounded grid, exact tails.** G is the score range over h. A range wider than the finest level covers in
    :data:`MAX_NODES` nodes (thousands of τ: dot, qnorm or dnorm scores, cosine at τ = 1e-6, outliers) may instead
-   get a *paged* grid: pages of :data:`PAGE_NODES` nodes of the finest level where a sample of the scores says the
+   get a *paged* grid: pages of :data:`PAGE_NODES` nodes (of one of :data:`PAGE_LEVELS`) where a sample of the scores says the
    grid is cheaper (many scores among many positives), and every other score summed against every positive from
    the sorted positives (:class:`~st_magnitude.losses._mw_tails.Tails`: softplus is linear on one side and a short
    exponential series on the other, so both sides are prefix sums and factorised exponentials; only the pairs
@@ -90,6 +90,8 @@ PAGES_FROM = MAX_NODES * LEVELS[0][0]
 #: nodes per page of a paged grid, the most page numbers it spans, and the strided sample of the scores it is
 #: planned from
 PAGE_NODES = 2**9
+#: the levels a paged grid may take (coarser pages cover more of a dense region per table entry)
+PAGE_LEVELS = (0, 1, 2, 3)
 MAX_PAGE_SPAN = 2**22
 PAGE_SAMPLE = 2**16
 
@@ -325,6 +327,13 @@ class _GridPairs(torch.autograd.Function):
             own_at = torch.searchsorted(own, starts).tolist()  # own is ascending: the own entries of each chunk
         for begin in range(0, flat.numel(), chunk):
             x = flat[begin : begin + chunk]
+            if nodes == 0:  # no page on the grid: every score on the tails
+                own_here = own[own_at[begin // chunk] : own_at[begin // chunk + 1]] - begin
+                loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad, own_here)
+                loss_exact += loss_c
+                if needs_grad:
+                    grad_block[begin : begin + chunk] = g_neg
+                continue
             node, u = _locate(x, plan)
             on_grid = None
             if plan.windowed:  # the own positives among them count for nothing there (``skip``)
@@ -428,7 +437,7 @@ def pair_sums(
 def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> GridPlan:
     """The grid for scores in ``[lo, hi]`` (``n_scores`` of them, compared with ``positives``): the cheapest layout
     by the cost model, either a level over the whole range (nodes one past each end), or, for ranges wider than the
-    finest level's :data:`MAX_NODES` nodes, pages of the finest level where a sample of the scores (``sample``, a
+    finest level's :data:`MAX_NODES` nodes, pages of one level (:data:`PAGE_LEVELS`) where a sample of the scores (``sample``, a
     block of them) says the grid is cheaper than the tails (:func:`_pages`), every other score summed by
     :class:`Tails` from the sorted positives."""
     dtype = torch.float64 if sample.dtype == torch.float64 else torch.float32
@@ -442,10 +451,13 @@ def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_sc
             options.append((cost, index, lo_node, hi_node))
     paged = None
     if (hi - lo) * inv_tau > PAGES_FROM or not options:
-        plan = make_plan(positives, inv_tau, 0)
-        plan.tails = Tails(plan.positives, inv_tau, lo, hi)
-        pages, cost = _pages(plan, n_scores, sample)
-        paged = (cost, plan, pages)
+        tails = Tails(positives, inv_tau, lo, hi)
+        for index in PAGE_LEVELS:
+            plan = make_plan(positives, inv_tau, index)
+            plan.tails = tails
+            pages, cost = _pages(plan, n_scores, sample)
+            if paged is None or cost < paged[0]:
+                paged = (cost, plan, pages)
     deep_tail = (hi - lo) * inv_tau + 2 * LEVELS[-1][0] > 690  # the positives lie in [lo, hi] too
     if paged is not None and (not options or paged[0] < min(options)[0]):
         _, plan, pages = paged

@@ -143,11 +143,12 @@ class Tails:
         grad_x = None
         if needs_grad:
             coef = self.grad_table.index_select(0, bucket)  # [n, 1 + 2K]: c, then the sides' coefficients
-            sigma = coef[:, 0].clone()
-            for k in range(SERIES_TERMS):
-                sigma -= coef[:, 1 + 2 * k] * powers[2 * k]
-                sigma += coef[:, 2 + 2 * k] * powers[2 * k + 1]
-            grad_x = sigma.mul_(inv_tau)
+            # σ = c − Σ_k a_k q_lin^k + Σ_k b_k q_exp^k, by Horner's rule on each side
+            lin, ex = coef[:, 2 * SERIES_TERMS - 1].clone(), coef[:, 2 * SERIES_TERMS].clone()
+            for k in range(SERIES_TERMS - 2, -1, -1):
+                lin.mul_(powers[0]).add_(coef[:, 1 + 2 * k])
+                ex.mul_(powers[1]).add_(coef[:, 2 + 2 * k])
+            grad_x = (coef[:, 0] - lin.mul_(powers[0]) + ex.mul_(powers[1])).mul_(inv_tau)
         # the near run: every pair, directly
         total = torch.zeros((), dtype=torch.float64, device=x.device)
         near = lengths.nonzero().squeeze(1)
