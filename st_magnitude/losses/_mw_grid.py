@@ -27,8 +27,8 @@ points lie, so it is evaluated on a grid instead, *exactly to float64 rounding p
    subtracted again; its gradient entry is set to 0 (it is no negative).
 5. **Bounded grid, exact tails.** G is the score range over h. A range wider than the finest level covers in
    :data:`MAX_NODES` nodes (thousands of τ: dot, qnorm or dnorm scores, cosine at τ = 1e-6, outliers) may instead
-   get a *paged* grid: pages of :data:`PAGE_NODES` nodes (of one of :data:`PAGE_LEVELS`) where a sample of the scores says the
-   grid is cheaper (many scores among many positives), and every other score summed against every positive from
+   get a *paged* grid: pages of :data:`PAGE_NODES` nodes (of one of :data:`PAGE_LEVELS`) where a sample of the
+   scores says the grid is cheaper (many scores among many positives), and every other score summed against every positive from
    the sorted positives (:class:`~st_magnitude.losses._mw_tails.Tails`: softplus is linear on one side and a short
    exponential series on the other, so both sides are prefix sums and factorised exponentials; only the pairs
    within ~3Tτ of a score are evaluated one by one, and a page is gridded where those would be many). The cost
@@ -437,8 +437,8 @@ def pair_sums(
 def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> GridPlan:
     """The grid for scores in ``[lo, hi]`` (``n_scores`` of them, compared with ``positives``): the cheapest layout
     by the cost model, either a level over the whole range (nodes one past each end), or, for ranges wider than the
-    finest level's :data:`MAX_NODES` nodes, pages of one level (:data:`PAGE_LEVELS`) where a sample of the scores (``sample``, a
-    block of them) says the grid is cheaper than the tails (:func:`_pages`), every other score summed by
+    finest level's :data:`MAX_NODES` nodes, pages of one level (:data:`PAGE_LEVELS`) where a sample of the scores
+    (``sample``, a block of them) says the grid is cheaper than the tails (:func:`_pages`), every other score summed by
     :class:`Tails` from the sorted positives."""
     dtype = torch.float64 if sample.dtype == torch.float64 else torch.float32
     options = []  # (cost, level, lo_node, hi_node)
