@@ -26,15 +26,15 @@ points lie, so it is evaluated on a grid instead, *exactly to float64 rounding p
 4. **The row's own positive** is deposited with the rest of the score block (no masked copy) and its moments are
    subtracted again; its gradient entry is set to 0 (it is no negative).
 5. **Bounded grid, exact tails.** G is the score range over h. A range wider than the finest level covers in
-   :data:`MAX_NODES` nodes (thousands of τ: dot, qnorm or dnorm scores, cosine at τ = 1e-6, outliers) may instead
-   get a *paged* grid: pages of :data:`PAGE_NODES` nodes (of one of :data:`PAGE_LEVELS`) where a sample of the
-   scores says the grid is cheaper (many scores among many positives), and every other score summed against every positive from
-   the sorted positives (:class:`~st_magnitude.losses._mw_tails.Tails`: softplus is linear on one side and a short
-   exponential series on the other, so both sides are prefix sums and factorised exponentials; only the pairs
-   within ~3Tτ of a score are evaluated one by one, and a page is gridded where those would be many). The cost
-   model (:data:`NEG_NS`, :data:`POS_NS`, :data:`TAIL_NS`, :data:`NEAR_NS`) picks between a whole-range level and
-   the pages. Positives need no window: their node tables are exact wherever they lie. Node numbers are float64
-   integers (scores past 1e17 have node numbers beyond int64).
+   :data:`MAX_NODES` nodes (thousands of τ: dot, qnorm or dnorm scores, cosine at τ = 1e-6, outliers) may instead get a
+   *paged* grid: pages of :data:`PAGE_NODES` nodes (of one of :data:`PAGE_LEVELS`) where a sample of the scores says
+   the grid is cheaper (many scores among many positives), and every other score summed against every positive from the
+   sorted positives (:class:`~st_magnitude.losses._mw_tails.Tails`: softplus is linear on one side and a short
+   exponential series on the other, so both sides are prefix sums and factorised exponentials; only the pairs within
+   ~3Tτ of a score are evaluated one by one, and a page is gridded where those would be many). The cost model
+   (:data:`NEG_NS`, :data:`POS_NS`, :data:`TAIL_NS`, :data:`NEAR_NS`) picks between a whole-range level and the pages.
+   Positives need no window: their node tables are exact wherever they lie. Node numbers are float64 integers (scores
+   past 1e17 have node numbers beyond int64).
 
 Cost: one pass over the scores, in cache-sized chunks, with D+1 deposits and D+1 gathers per score, plus ``2·B·G``
 table evaluations; about cross-entropy's cost from B ≈ 2,048 on (``python benchmarks/bench_mw_pairs.py``, the table in
