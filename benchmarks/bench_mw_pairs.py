@@ -72,6 +72,10 @@ RANGES = (
 )
 
 
+#: the rows the goal (≤ 3× cosine at τ = 0.01 on the same batch) is stated for
+GOAL_CASES = ("cosine τ = 1e-6", "qnorm, norms logspace(-2, 2)", "dot, norms logspace(-2, 2)")
+
+
 def real_norms(count: int) -> list[float]:
     """Embedding norms of ``count`` SciFact documents under all-MiniLM-L6-v2 converted to dnorm (the raw embedding:
     the converted model keeps magnitude), cached in the temp folder (never in the repository)."""
@@ -319,14 +323,18 @@ def range_table(result: dict) -> str:
             f"| {grid} | {r['mw_cpu_s'] * 1e3:,.1f} ms | {r['mw_median_cpu_s'] * 1e3:,.1f} ms "
             f"| {r['over_cosine']:.2f} |"
         )
-    worst = max((r for r in result["ranges"] if r["case"] != "cosine"), key=lambda r: r["over_cosine"], default=None)
+    goal = [r for r in result["ranges"] if r["case"] in GOAL_CASES]
+    worst = max(goal, key=lambda r: r["over_cosine"], default=None)
+    costliest = max(result["ranges"], key=lambda r: r["over_cosine"])
     tail = ""
     if worst is not None:
         met = "met" if worst["over_cosine"] <= 3 else "missed"
         tail = (
-            f"\n\nScore ranges (`--range-batch {result['ranges'][0]['batch']}`): the widest costs "
-            f"**{worst['over_cosine']:.2f}×** cosine at τ = 0.01 ({worst['case']}, H = {worst['hard_negatives']}; "
-            f"goal ≤ 3, {met}). The MiniLM norms are those of {result['real_docs']:,} SciFact documents."
+            f"\n\nScore ranges (`--range-batch {result['ranges'][0]['batch']}`): qnorm and dot with norms over "
+            f"`logspace(-2, 2)` and cosine at τ = 1e-6 cost at most **{worst['over_cosine']:.2f}×** cosine at "
+            f"τ = 0.01 ({worst['case']}, H = {worst['hard_negatives']}; goal ≤ 3, {met}); the costliest row is "
+            f"{costliest['case']}, H = {costliest['hard_negatives']}, at {costliest['over_cosine']:.2f}×. The MiniLM "
+            f"norms are those of {result['real_docs']:,} SciFact documents."
         )
     return "\n".join(lines) + tail
 
