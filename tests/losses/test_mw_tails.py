@@ -231,3 +231,23 @@ def test_the_series_truncation_is_below_its_bound():
     sig = 1 - sum((-1.0) ** (k + 1) * torch.exp(-k * z) for k in range(1, K + 1))
     assert (sig - torch.sigmoid(z)).abs().max() < 1e-13
     assert math.exp(-K * T) / (K + 1) < 1e-9 and math.exp(-(K + 1) * T) < 1e-13
+
+
+@pytest.mark.parametrize("similarity,temperature", [("cosine", 1e-6), ("dot", 0.01), ("qnorm", "learnable")])
+def test_plain_and_cached_losses_on_pages_equal_pairwise(forced_pages, tiny_model_raw, similarity, temperature):
+    """The losses on a tiny model with every range paged: the plain loss and the cached one (chunks sharing one
+    paged plan, the positives' gradient deferred to the end) give the pairwise stage's loss and gradients."""
+    from test_mw_grid import _assert_same, _columns, _loss_and_grads
+
+    from st_magnitude.losses import CachedMWLoss, MWLoss
+
+    model = tiny_model_raw.double().eval()
+    features = _columns(model, 3)
+    kw = {"temperature": temperature}
+    pairwise = _loss_and_grads(MWLoss(model, similarity, pair_stage="pairwise", **kw), model, features)
+    plain = _loss_and_grads(MWLoss(model, similarity, pair_stage="grid", **kw), model, features)
+    cached = _loss_and_grads(
+        CachedMWLoss(model, similarity, mini_batch_size=4, pair_stage="grid", **kw), model, features
+    )
+    _assert_same(plain, pairwise)
+    _assert_same(cached, pairwise)
