@@ -227,8 +227,3 @@ class Tails:
                 grad_x.index_add_(0, row, s, alpha=self.inv_tau)
                 self.near_grad.index_add_(0, pos_idx, s, alpha=-self.inv_tau)
         return total
-
-    def near_pairs(self, x: Tensor) -> int:
-        """How many pairs of ``x`` the near runs hold (a host read)."""
-        bucket = self.buckets(x)
-        return int(self.near_length[bucket].sum())
