@@ -39,7 +39,7 @@ def test_every_section_runs_and_compares_against_its_baseline(dry_result):
     result, _ = dry_result
     assert result["dry_run"] is True and result["errors"] == {}
     res = result["results"]
-    assert set(res) == {"step", "syncs", "trainer", "encode", "search"}
+    assert set(res) == {"step", "syncs", "mw_pairs", "trainer", "encode", "search"}
     steps = res["step"]
     # every loss at every model × dtype, each of ours with a ratio to its ST baseline of the same setting
     assert {(r["model"], r["dtype"]) for r in steps} == {(m, d) for m in ("minilm", "mpnet") for d in ("fp32", "bf16")}
@@ -55,6 +55,11 @@ def test_every_section_runs_and_compares_against_its_baseline(dry_result):
     assert all(r["counted_call"] > 1 for r in res["syncs"])
     declared = {r["loss"]: r["declared_host_reads"] for r in res["syncs"] if "declared_host_reads" in r}
     assert declared["L2Dir"] == 0 and declared["MW"] == 1  # MW's grid reads the score range once a step
+    # MW's pair stages side by side at every size, the pairwise one while its pairs fit the bound
+    mw = {(r["batch"], r["hard_negatives"]): r for r in res["mw_pairs"]}
+    assert set(mw) == {(8, 0), (16, 0), (8, 1), (16, 1)}
+    assert all(r["grid_s"] > 0 and r["auto_stage"] in ("grid", "pairwise") for r in mw.values())
+    assert "pairwise_s" in mw[8, 0] and "pairwise_s" not in mw[16, 1]  # 16·32·16 pairs exceed the dry bound
     tr = res["trainer"]
     assert tr["steps"] == 2 and tr["compare_steps_per_s"] > 0 and tr["plain_steps_per_s"] > 0
     assert "--full" in tr["command"] and "/tmp" not in tr["command"]
@@ -74,6 +79,7 @@ def test_the_docs_section_is_generated_and_replaced_in_place(dry_result, tmp_pat
     assert once.startswith("# Benchmarks\n\nhand-written text\n")
     assert render.START in once and render.END in once and "**Dry run**" in once
     assert "| minilm | 8 | bf16 | CachedMW |" in once
+    assert "### MW: grid vs every pair" in once and "| 16 | 1 | 8,192 |" in once
     doc.write_text(once + "\nlater text\n")
     assert render.main([str(path), "--doc", str(doc)]) == 0
     twice = doc.read_text()

@@ -11,6 +11,8 @@ Sections (each measured in this one process, ours and the baseline alternating, 
   step after the calls that run the first calls' duplicate check) in the loss alone on fixed embeddings (goal: the
   loss's declared ``host_reads_per_step``, 0 for most) and in the whole step (the model's own syncs counted there
   too, MNRL beside ours); ``sec_syncs.py``.
+* ``mw_pairs``: MW's grid pair stage against its every-pair stage, loss + backward on the same embeddings, B = 64 …
+  4,096, H = 0 and 1 (``sec_mw_pairs.py``): the numbers that set ``pair_stage="auto"``'s GPU rule.
 * ``trainer``: steps/s of ``st-magnitude compare --full`` (bounded ``--steps``, qnorm, InfoNCE) against a plain ST
   Trainer with MNRL on the same pairs, settings and checkpoint interval.
 * ``encode``: documents/s of ``encode_document`` through a qnorm model (Router) against the plain ST model's
@@ -56,12 +58,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from sec_big_batch import big_batch_rows  # noqa: E402
 from sec_encode import section_encode  # noqa: E402
+from sec_mw_pairs import section_mw_pairs  # noqa: E402
 from sec_search import section_search  # noqa: E402
 from sec_syncs import section_syncs  # noqa: E402
 
 REPO = HERE.parents[1]
 CARRY = HERE / ".carry"
-SECTIONS = ("step", "syncs", "trainer", "encode", "search")
+SECTIONS = ("step", "syncs", "mw_pairs", "trainer", "encode", "search")
 
 #: real and dry-run sizes; the dry run only checks the code path
 SIZES = {
@@ -78,6 +81,8 @@ SIZES = {
         "encode_rounds": 2,
         "encode_batch": 256,
         "search_docs": 1_000_000,
+        "mw_batches": (64, 128, 256, 512, 1024, 2048, 4096),  # MW grid vs pairwise (sec_mw_pairs.py)
+        "mw_pairwise_max_pairs": 2**35,
         "search_queries": 1000,
         "search_dim": 384,
     },
@@ -94,6 +99,8 @@ SIZES = {
         "encode_rounds": 1,
         "encode_batch": 8,
         "search_docs": 5000,
+        "mw_batches": (8, 16),
+        "mw_pairwise_max_pairs": 2**12,
         "search_queries": 16,
         "search_dim": 32,
     },
@@ -566,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         fns = {
             "step": section_step,
             "syncs": lambda a, c: section_syncs(a, c, _free, log, load_st, batches, make_loss, PAIRS),
+            "mw_pairs": lambda a, c: section_mw_pairs(a, c, sync, _free, log, load_st),
             "trainer": section_trainer,
             "encode": lambda a, c: section_encode(a, c, sync, _free, log, load_st),
             "search": lambda a, c: section_search(a, c, sync, _free, log),

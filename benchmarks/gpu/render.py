@@ -148,6 +148,9 @@ def render(result: dict, source: str) -> str:
             f"evaluation: {tr['compare_wall_seconds']:.0f} s).",
             "",
         ]
+    mw = res.get("mw_pairs")
+    if mw:
+        lines += _mw_pair_lines(mw)
     enc = res.get("encode")
     if enc:
         lines += _encode_lines(enc)
@@ -160,6 +163,33 @@ def render(result: dict, source: str) -> str:
         lines.append("")
     lines.append(END)
     return "\n".join(lines) + "\n"
+
+
+def _mw_pair_lines(rows: list[dict]) -> list[str]:
+    """MW's pair stages (``sec_mw_pairs.py``): where the pairwise sum stops being the faster stage sets ``auto``'s
+    GPU rule (``GPU_PAIRWISE_MAX_PAIRS`` in st_magnitude/losses/mw.py)."""
+    lines = [
+        "### MW: grid vs every pair (loss + backward, cosine, τ = 0.01)",
+        "",
+        "| B | H | pairs | grid (min / median) | pairwise (min / median) | faster | auto takes |",
+        "| ---: | ---: | ---: | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        grid = f"{r['grid_s'] * 1e3:.2f} / {r['grid_median_s'] * 1e3:.2f} ms"
+        pw = f"{r['pairwise_s'] * 1e3:.2f} / {r['pairwise_median_s'] * 1e3:.2f} ms" if "pairwise_s" in r else "not run"
+        lines.append(
+            f"| {r['batch']:,} | {r['hard_negatives']} | {r['pairs']:,} | {grid} | {pw} | {r.get('faster', '–')} "
+            f"| {r['auto_stage']} |"
+        )
+    faster = [r["pairs"] for r in rows if r.get("faster") == "pairwise"]
+    lines += [
+        "",
+        f"The pairwise sum is faster up to {max(faster):,} pairs here."
+        if faster
+        else "The grid is faster at every size measured here.",
+        "",
+    ]
+    return lines
 
 
 def _encode_lines(enc: dict) -> list[str]:

@@ -25,15 +25,21 @@ points lie, so it is evaluated on a grid instead, *exactly to float64 rounding p
    A learnable 1/τ gets its gradient through the scaled scores (the caller multiplies them by it), as before.
 4. **The row's own positive** is deposited with the rest of the score block (no masked copy) and its moments are
    subtracted again; its gradient entry is set to 0 (it is no negative).
-5. **Bounded grid, exact tails.** G is the score range over h. A grid of more than :data:`MAX_NODES` nodes at the
-   coarsest level (outliers far from the bulk, or a range of thousands of τ) keeps a window of the bulk; scores
-   outside it are paired with every positive *exactly* (O(B) each). Positives need no window: their node tables are
-   exact wherever they lie.
+5. **Bounded grid, exact tails.** G is the score range over h. A range wider than the finest level covers in
+   :data:`MAX_NODES` nodes (thousands of τ: dot, qnorm or dnorm scores, cosine at τ = 1e-6, outliers) may instead get a
+   *paged* grid: pages of :data:`PAGE_NODES` nodes (of one of :data:`PAGE_LEVELS`) where a sample of the scores says
+   the grid is cheaper (many scores among many positives), and every other score summed against every positive from the
+   sorted positives (:class:`~st_magnitude.losses._mw_tails.Tails`: softplus is linear on one side and a short
+   exponential series on the other, so both sides are prefix sums and factorised exponentials; only the pairs within
+   ~3Tτ of a score are evaluated one by one, and a page is gridded where those would be many). The cost model
+   (:data:`NEG_NS`, :data:`POS_NS`, :data:`TAIL_NS`, :data:`NEAR_NS`) picks between a whole-range level and the pages.
+   Positives need no window: their node tables are exact wherever they lie. Node numbers are float64 integers (scores
+   past 1e17 have node numbers beyond int64).
 
 Cost: one pass over the scores, in cache-sized chunks, with D+1 deposits and D+1 gathers per score, plus ``2·B·G``
 table evaluations; about cross-entropy's cost from B ≈ 2,048 on (``python benchmarks/bench_mw_pairs.py``, the table in
 docs/mw_loss.md; ``--levels`` times each level). One host read per call: the range of the scores and positives
-(and, only in the windowed case, a sample's quantiles and the outliers' positions).
+(and, only for a paged grid, a sample's pages and each chunk's count of scores off them).
 """
 
 from __future__ import annotations
@@ -46,12 +52,14 @@ import torch
 from torch import Tensor
 
 from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
+from st_magnitude.losses._mw_tails import TAIL_Z, Tails
 
 __all__ = [
     "GridPlan",
     "LEVELS",
     "MAX_NODES",
     "grid_pair_sum",
+    "level_of",
     "make_plan",
     "pair_sums",
     "plan_for_range",
@@ -72,6 +80,20 @@ TABLE_BLOCK = 2**16
 #: per score ``NEG_NS[0] + NEG_NS[1]·(D+1)``, per (positive, node), both table passes, ``POS_NS[0] + POS_NS[1]·(D+2)``
 NEG_NS = (4.7, 1.74)
 POS_NS = (2.6, 1.1)
+#: costs in ns on one CPU thread of a score summed by the tails instead (``_mw_tails.py``) and of one pair of a
+#: near run there: estimates from timing ``Tails.pair_sums`` alone on a loaded machine, not yet fitted by a
+#: committed command
+TAIL_NS = 60.0
+NEAR_NS = 25.0
+#: ranges wider than this many τ (the finest level's reach in :data:`MAX_NODES` nodes) may be paged
+PAGES_FROM = MAX_NODES * LEVELS[0][0]
+#: nodes per page of a paged grid, the most page numbers it spans, and the strided sample of the scores it is
+#: planned from
+PAGE_NODES = 2**9
+#: the levels a paged grid may take (coarser pages cover more of a dense region per table entry)
+PAGE_LEVELS = (0, 1, 2, 3)
+MAX_PAGE_SPAN = 2**22
+PAGE_SAMPLE = 2**16
 
 
 def _softplus_polys(q_max: int) -> np.ndarray:
@@ -108,23 +130,6 @@ def score_range(*scores: Tensor) -> tuple[float, float]:
     return lo_f, hi_f
 
 
-def choose_level(span_z: float, inv_tau: float, n_scores: int, n_pos: int) -> int:
-    """Index in :data:`LEVELS` of the cheapest level whose grid over a range ``span_z`` τ wide fits in
-    :data:`MAX_NODES` nodes, by the measured cost model (:data:`NEG_NS`, :data:`POS_NS`); the coarsest (then
-    windowed) when none fits."""
-    best = None
-    for index, (alpha_max, degree) in enumerate(LEVELS):
-        nodes = math.ceil(span_z / (_spacing(inv_tau, alpha_max) * inv_tau)) + 3
-        if nodes > MAX_NODES:
-            continue
-        cost = n_scores * (NEG_NS[0] + NEG_NS[1] * (degree + 1)) + n_pos * nodes * (
-            POS_NS[0] + POS_NS[1] * (degree + 2)
-        )
-        if best is None or cost < best[0]:
-            best = (cost, index)
-    return len(LEVELS) - 1 if best is None else best[1]
-
-
 @dataclass
 class GridPlan:
     """The grid of one step: the positives (scaled so that τ = ``1/inv_tau``), the spacing, the node range, the
@@ -141,7 +146,12 @@ class GridPlan:
     loss_table: Tensor | None = None  # [nodes + 1, D + 1] float64 (last row: the outliers' dummy node, zero)
     grad_table: Tensor | None = None  # [nodes + 1, D + 1] in the scores' dtype, times inv_tau
     moments: Tensor | None = None  # [nodes, D + 1] float64, accumulated (times the chunks' output gradients)
-    windowed: bool = False  # the grid covers a window of the bulk; scores outside it are paired exactly
+    windowed: bool = False  # the grid covers pages of the range only; scores outside them go to ``tails``
+    tails: Tails | None = None  # the sorted positives' sums for the scores outside the pages
+    page_nodes: int = 0  # nodes per page (windowed): node index = slot·page_nodes + node within the page
+    page_first: float = 0.0  # page number of ``page_slots[0]``
+    page_slots: Tensor | None = None  # [span] int64: each page's slot, −1 where the page is not on the grid
+    node_start: Tensor | None = None  # [nodes] float64: the absolute node number each node's page starts at
     wide: bool = False  # node numbers beyond float32's exact integers (2^22 here): locate scores in float64
     deep_tail: bool = False  # some |z| passes 690: σ from its logarithm (see _sigmoid_blocks)
     exact_positive_grad: Tensor = field(init=False)  # [B] float64: the exactly paired scores' share, accumulated
@@ -158,12 +168,19 @@ class GridPlan:
         """Yield ``(rows, z, s)`` with ``z_ij = α(J0 + j − p_i/h)`` and ``s = σ(z)``, for blocks of positives over
         nodes ``j_begin:j_end`` (about :data:`TABLE_BLOCK` entries each)."""
         device = self.positives.device
-        node_t = torch.arange(self.j0 + j_begin, self.j0 + j_end, dtype=torch.float64, device=device)
+        node_t = torch.arange(j_begin, j_end, dtype=torch.float64, device=device)
+        # (page start − p_i/h) first, then the node within the page: node numbers of scores past 1e17 exceed int64
+        # (a Python int that large cannot become a tensor); starts are float64 integers (:func:`_first_node`)
+        if self.page_nodes:
+            start = self.node_start[j_begin:j_end].unsqueeze(0)
+            node_t = torch.remainder(node_t, self.page_nodes)
+        else:
+            start = torch.full((1, 1), float(self.j0), dtype=torch.float64, device=device)
         scaled = self.positives / self.h
         step = max(1, TABLE_BLOCK // max(1, j_end - j_begin))
         for begin in range(0, scaled.numel(), step):
             rows = slice(begin, begin + step)
-            z = (node_t.unsqueeze(0) - scaled[rows].unsqueeze(1)) * self.alpha  # [b, width]
+            z = ((start - scaled[rows].unsqueeze(1)) + node_t.unsqueeze(0)) * self.alpha  # [b, width]
             # torch.sigmoid flushes σ(z) to 0 below z ≈ −709, where softplus(z) still holds e^z: the Taylor terms
             # beyond the first would be lost there; exp(log σ) keeps σ down to float64's subnormals (twice the cost)
             s = torch.exp(torch.nn.functional.logsigmoid(z)) if self.deep_tail else torch.sigmoid(z)
@@ -201,6 +218,18 @@ class GridPlan:
         self.grad_table = torch.cat([grad_t, zero]).to(dtype)
         self.moments = loss_t.new_zeros(self.nodes, self.degree + 1)
 
+    def build_pages(self, pages: Tensor, page_nodes: int, dtype: torch.dtype) -> None:
+        """A grid of ``pages`` (sorted absolute page numbers, float64) of ``page_nodes`` nodes each, and its tables;
+        the scores on no page go to :attr:`tails`."""
+        device = self.positives.device
+        self.page_nodes = page_nodes
+        self.page_first = float(pages[0]) if pages.numel() else 0.0
+        span = int(pages[-1] - pages[0]) + 1 if pages.numel() else 1
+        self.page_slots = torch.full((span,), -1, dtype=torch.int64, device=device)
+        self.page_slots[(pages - self.page_first).long()] = torch.arange(pages.numel(), device=device)
+        self.node_start = (pages * page_nodes).repeat_interleave(page_nodes)
+        self.build(0, pages.numel() * page_nodes - 1, dtype)
+
     def deferred_positive_grad(self) -> Tensor:
         """The positives' gradient of every chunk run with this plan (their moments accumulated in backward)."""
         return self.positive_grad(self.moments) + self.exact_positive_grad
@@ -223,12 +252,17 @@ class GridPlan:
         return out * -self.inv_tau
 
 
-def make_plan(positives: Tensor, inv_tau: float, span_z: float, n_scores: int) -> GridPlan:
-    """A plan (no nodes yet) at the cheapest level for a range of ``span_z`` τ-units."""
-    alpha_max, degree = LEVELS[choose_level(span_z, inv_tau, n_scores, positives.numel())]
+def make_plan(positives: Tensor, inv_tau: float, level: int) -> GridPlan:
+    """A plan (no nodes yet) at :data:`LEVELS` ``[level]``."""
+    alpha_max, degree = LEVELS[level]
     h = _spacing(inv_tau, alpha_max)
     pos = positives.detach().to(torch.float64).reshape(-1)
     return GridPlan(positives=pos, inv_tau=float(inv_tau), alpha=h * inv_tau, degree=degree, h=h)
+
+
+def level_of(plan: GridPlan) -> int:
+    """The index in :data:`LEVELS` of the plan's level (each level has its own degree)."""
+    return [degree for _, degree in LEVELS].index(plan.degree)
 
 
 def _deposit(table: Tensor, index: Tensor, weights: Tensor | None, nodes: int) -> None:
@@ -253,10 +287,20 @@ def _locate(x: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor]:
     node, with its true offset."""
     t = (x.double() if plan.wide else x) * (1.0 / plan.h)
     node = torch.round(t)
+    if plan.page_nodes:  # node index = slot·P + node within its page; −1 off the pages (all exact in float)
+        size = plan.page_nodes
+        page = torch.floor(node * (1.0 / size))
+        u = t - node
+        rel = page - plan.page_first
+        span = plan.page_slots.numel()
+        slot = plan.page_slots.index_select(0, rel.clamp(0, span - 1).long())
+        slot = slot.masked_fill_((rel < 0) | (rel > span - 1), -1).to(t.dtype)
+        index = torch.where(slot < 0, -1.0, slot * size + (node - page * size))
+        return index, u
     if not plan.windowed:
-        node.clamp_(plan.j0, plan.j0 + plan.nodes - 1)
+        node.clamp_(float(plan.j0), float(plan.j0) + plan.nodes - 1)
     u = t - node
-    node -= plan.j0
+    node -= float(plan.j0)  # exact: both are integers in float64 near each other (Sterbenz) or small
     return node, u
 
 
@@ -277,14 +321,42 @@ class _GridPairs(torch.autograd.Function):
         own = torch.arange(rows, device=flat.device) * width + own_columns
         chunk = CPU_CHUNK if flat.device.type == "cpu" else GPU_CHUNK
         grad_cols = plan.grad_table.T.contiguous()  # [D+1, nodes+1]
+        if plan.windowed:  # the scores off the grid's pages: from the sorted positives (:class:`Tails`)
+            tail_sums = plan.tails.start()
+            starts = torch.arange(0, flat.numel() + chunk, chunk, device=flat.device)
+            own_at = torch.searchsorted(own, starts).tolist()  # own is ascending: the own entries of each chunk
         for begin in range(0, flat.numel(), chunk):
             x = flat[begin : begin + chunk]
+            if nodes == 0:  # no page on the grid: every score on the tails
+                own_here = own[own_at[begin // chunk] : own_at[begin // chunk + 1]] - begin
+                loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad, own_here)
+                loss_exact += loss_c
+                if needs_grad:
+                    grad_block[begin : begin + chunk] = g_neg
+                continue
             node, u = _locate(x, plan)
-            if plan.windowed:  # scores outside the grid go to the dummy node (zero tables) and are paired exactly
+            on_grid = None
+            if plan.windowed:  # the own positives among them count for nothing there (``skip``)
                 outside = (node < 0) | (node > nodes - 1)
+                n_out = int(outside.sum())
+                own_here = own[own_at[begin // chunk] : own_at[begin // chunk + 1]] - begin
+                if n_out == x.numel():
+                    loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad, own_here)
+                    loss_exact += loss_c
+                    if needs_grad:
+                        grad_block[begin : begin + chunk] = g_neg
+                    continue
                 out_idx = outside.nonzero().squeeze(1)
-                node = node.masked_fill(outside, nodes)
-                u = u.masked_fill(outside, 0.0)
+                if n_out:
+                    at = torch.searchsorted(out_idx, own_here).clamp_max(n_out - 1)
+                    skip = at[out_idx[at] == own_here]
+                    loss_c, g_neg = plan.tails.add(x[out_idx].to(torch.float64), tail_sums, needs_grad, skip)
+                    loss_exact += loss_c
+                    if needs_grad:
+                        grad_block[begin + out_idx] = g_neg.to(flat.dtype)
+                if out_idx.numel():
+                    on_grid = (~outside).nonzero().squeeze(1)
+                    node, u = node[on_grid], u[on_grid]
             index = node.to(_index_dtype(flat))
             v = u.to(torch.float64) * plan.alpha
             _deposit(moments[:, 0], index, None, nodes + 1)
@@ -298,14 +370,15 @@ class _GridPairs(torch.autograd.Function):
                 g = grad_cols[degree].index_select(0, index)
                 for m in range(degree - 1, -1, -1):
                     g = torch.addcmul(grad_cols[m].index_select(0, index), g, v_g)
-                grad_block[begin : begin + chunk] = g
-            if plan.windowed:
-                idx = out_idx[~torch.isin(out_idx + begin, own)]
-                loss_c, g_neg, g_pos = _exact_pairs(x[idx], plan)
-                loss_exact += loss_c
+                if on_grid is None:
+                    grad_block[begin : begin + chunk] = g
+                else:
+                    grad_block[begin + on_grid] = g
+        if plan.windowed:
+            loss_c, g_pos = plan.tails.finish(tail_sums, needs_grad)
+            loss_exact += loss_c
+            if needs_grad:
                 pos_exact += g_pos
-                if needs_grad:
-                    grad_block[begin + idx] = g_neg.to(flat.dtype)
         # the rows' own positives are no negatives: take their moments out again and zero their gradient
         node, u = _locate(flat[own], plan)
         outside = (node < 0) | (node > nodes - 1)
@@ -361,25 +434,87 @@ def pair_sums(
     return total, grad_pos, grad_neg
 
 
-def _exact_pairs(neg: Tensor, plan: GridPlan) -> tuple[Tensor, Tensor, Tensor]:
-    """Scores outside the grid's window, paired with every positive exactly, in float64: (loss, ∂/∂neg, ∂/∂pos)."""
-    loss, grad_pos, grad_neg = pair_sums(plan.positives, neg.to(torch.float64), plan.inv_tau, TABLE_BLOCK)
-    return loss, grad_neg, grad_pos
-
-
 def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_scores: int, sample: Tensor) -> GridPlan:
-    """The grid for scores in ``[lo, hi]`` (``n_scores`` of them, compared with ``positives``): the cheapest level,
-    nodes one past each end; when no level fits in :data:`MAX_NODES`, the coarsest one over a window of the bulk
-    (quantiles of ``sample``, a block of the scores)."""
-    plan = make_plan(positives, inv_tau, (hi - lo) * inv_tau, n_scores)
-    plan.deep_tail = (hi - lo) * inv_tau + 2 * plan.alpha > 690  # the positives lie in [lo, hi] too
-    lo_node, hi_node = math.floor(lo / plan.h) - 1, math.ceil(hi / plan.h) + 1
-    if hi_node - lo_node + 1 > MAX_NODES:
-        lo_node, hi_node = _bulk_window(sample, plan)
+    """The grid for scores in ``[lo, hi]`` (``n_scores`` of them, compared with ``positives``): the cheapest layout
+    by the cost model, either a level over the whole range (nodes one past each end), or, for ranges wider than the
+    finest level's :data:`MAX_NODES` nodes, pages of one level (:data:`PAGE_LEVELS`) where a sample of the scores
+    (``sample``, a block of them) says the grid is cheaper than the tails (:func:`_pages`), every other score summed by
+    :class:`Tails` from the sorted positives."""
+    dtype = torch.float64 if sample.dtype == torch.float64 else torch.float32
+    options = []  # (cost, level, lo_node, hi_node)
+    for index, (alpha_max, degree) in enumerate(LEVELS):
+        h = _spacing(inv_tau, alpha_max)
+        lo_node, hi_node = _first_node(math.floor(lo / h) - 1), math.ceil(hi / h) + 1
+        nodes = hi_node - lo_node + 1
+        if nodes <= MAX_NODES:
+            cost = n_scores * _neg_ns(degree) + positives.numel() * nodes * _pos_ns(degree)
+            options.append((cost, index, lo_node, hi_node))
+    paged = None
+    if (hi - lo) * inv_tau > PAGES_FROM or not options:
+        tails = Tails(positives, inv_tau, lo, hi)
+        for index in PAGE_LEVELS:
+            plan = make_plan(positives, inv_tau, index)
+            plan.tails = tails
+            pages, cost = _pages(plan, n_scores, sample)
+            if paged is None or cost < paged[0]:
+                paged = (cost, plan, pages)
+    deep_tail = (hi - lo) * inv_tau + 2 * LEVELS[-1][0] > 690  # the positives lie in [lo, hi] too
+    if paged is not None and (not options or paged[0] < min(options)[0]):
+        _, plan, pages = paged
+        plan.deep_tail = deep_tail
         plan.windowed = True
-    plan.wide = max(abs(lo_node), abs(hi_node)) >= 2**22 and sample.dtype != torch.float64
-    plan.build(lo_node, hi_node, torch.float64 if sample.dtype == torch.float64 else torch.float32)
+        plan.wide = max(abs(lo), abs(hi)) / plan.h >= 2**22 and dtype != torch.float64
+        plan.build_pages(pages, PAGE_NODES, dtype)
+    else:
+        _, index, lo_node, hi_node = min(options)
+        plan = make_plan(positives, inv_tau, index)
+        plan.deep_tail = deep_tail
+        plan.wide = max(abs(lo_node), abs(hi_node)) >= 2**22 and dtype != torch.float64
+        plan.build(lo_node, hi_node, dtype)
     return plan
+
+
+def _neg_ns(degree: int) -> float:
+    return NEG_NS[0] + NEG_NS[1] * (degree + 1)
+
+
+def _pos_ns(degree: int) -> float:
+    return POS_NS[0] + POS_NS[1] * (degree + 2)
+
+
+def _first_node(node: int) -> int:
+    """The largest integer ≤ ``node`` that float64 holds exactly (node numbers past 2^53: scores past ~1e14 τ)."""
+    as_float = float(node)
+    if as_float > node:
+        as_float = math.nextafter(as_float, -math.inf)
+    return int(as_float)
+
+
+def _pages(plan: GridPlan, n_scores: int, sample: Tensor) -> tuple[Tensor, float]:
+    """The pages (of :data:`PAGE_NODES` nodes at the plan's level) worth a grid, and the layout's estimated cost
+    in ns: from a strided sample of the scores, each page's share of the scores and the positives within reach of
+    it; a page goes on the grid when its scores would cost more on the tails (:data:`TAIL_NS` a score and
+    :data:`NEAR_NS` a pair of its near run) than on the grid (its scores' deposits and its B × page tables). This
+    bounds the pairs evaluated one by one: a page full of scores among many positives is on the grid. The pages
+    span at most :data:`MAX_PAGE_SPAN` page numbers (around the costliest)."""
+    flat = sample.detach().reshape(-1)
+    picks = flat[:: max(1, flat.numel() // PAGE_SAMPLE)].to(torch.float64)
+    size, degree = PAGE_NODES, plan.degree
+    page = torch.floor(torch.round(picks / plan.h) / size)
+    pages, counts = torch.unique(page, return_counts=True)
+    share = counts.to(torch.float64) * (n_scores / picks.numel())
+    reach = TAIL_Z / plan.inv_tau
+    ps = plan.tails.sorted
+    near = torch.searchsorted(ps, (pages + 1) * size * plan.h + reach, right=True)
+    near -= torch.searchsorted(ps, pages * size * plan.h - reach)
+    on_tails = share * (TAIL_NS + near.to(torch.float64) * NEAR_NS)
+    on_grid = share * _neg_ns(degree) + ps.numel() * size * _pos_ns(degree)
+    chosen = on_grid < on_tails
+    if bool(chosen.any()):
+        heaviest = pages[torch.argmax(torch.where(chosen, on_tails, -1.0))]
+        chosen &= (pages - heaviest).abs() < MAX_PAGE_SPAN // 2
+    cost = float(torch.where(chosen, on_grid, on_tails).sum())
+    return pages[chosen], cost
 
 
 def grid_pair_sum(
@@ -407,18 +542,3 @@ def grid_pair_sum(
         lo, hi = score_range(block, positives)
         plan = plan_for_range(positives, inv_tau, lo, hi, block.numel(), block)
     return _GridPairs.apply(positives, block, plan, own_columns, deferred)
-
-
-def _bulk_window(sample: Tensor, plan: GridPlan) -> tuple[int, int]:
-    """Nodes of a :data:`MAX_NODES`-wide window around the bulk (the 0.1 %–99.9 % quantiles of a strided sample of
-    the scores); the scores outside it are paired exactly. A second host read, only for ranges beyond the bound."""
-    flat = sample.detach().reshape(-1)
-    picks = flat[:: max(1, flat.numel() // 2**16)].to(torch.float64)
-    levels = torch.tensor([1e-3, 0.5, 1 - 1e-3], dtype=torch.float64, device=picks.device)
-    lo, mid, hi = torch.quantile(picks, levels).tolist()
-    lo_node, hi_node = math.floor(lo / plan.h) - 1, math.ceil(hi / plan.h) + 1
-    if hi_node - lo_node + 1 > MAX_NODES:
-        centre = round(mid / plan.h)
-        return centre - MAX_NODES // 2, centre + MAX_NODES // 2 - 1
-    spare = MAX_NODES - (hi_node - lo_node + 1)
-    return lo_node - spare // 2, hi_node + spare - spare // 2
