@@ -11,8 +11,7 @@ Sections (each measured in this one process, ours and the baseline alternating, 
   step after the calls that run the first calls' duplicate check) in the loss alone on fixed embeddings (goal: the
   loss's declared ``host_reads_per_step``, 0 for most) and in the whole step (the model's own syncs counted there
   too, MNRL beside ours); ``sec_syncs.py``.
-* ``mw_pairs``: MW's grid pair stage against its every-pair stage, loss + backward on the same embeddings, B = 64 …
-  4,096, H = 0 and 1 (``sec_mw_pairs.py``): the numbers that set ``pair_stage="auto"``'s GPU rule.
+* ``mw_pairs``: MW's grid vs every-pair stage, loss + backward, B = 64 … 4,096, H = 0, 1 (``sec_mw_pairs.py``).
 * ``trainer``: steps/s of ``st-magnitude compare --full`` (bounded ``--steps``, qnorm, InfoNCE) against a plain ST
   Trainer with MNRL on the same pairs, settings and checkpoint interval.
 * ``encode``: documents/s of ``encode_document`` through a qnorm model (Router) against the plain ST model's
@@ -22,9 +21,8 @@ Sections (each measured in this one process, ours and the baseline alternating, 
   accumulation, then the same dicts); the top-100 sets are checked to be equal up to ties at the 100th score
   (``sec_search.py``).
 
-The mpnet model is built from its configuration with random weights (step time and memory do not depend on the
-weights; the output says so), with MiniLM's tokenizer (its ids fit mpnet's vocabulary). MiniLM travels in fp16
-(``prepare.sh``) and is converted to fp32 once at start.
+The mpnet model is built from its configuration with random weights (step time and memory do not depend on them;
+the output says so), with MiniLM's tokenizer. MiniLM travels in fp16 (``prepare.sh``), converted to fp32 at start.
 
     bash benchmarks/gpu/run.sh                          # on the GPU machine, from the repository root
     python benchmarks/gpu/bench.py --dry-run --out /tmp/gpu.json    # CPU, tiny sizes, the same code path (seconds)
