@@ -17,9 +17,8 @@ Sections (each measured in this one process, ours and the baseline alternating, 
 * ``encode``: documents/s of ``encode_document`` through a qnorm model (Router) against the plain ST model's
   ``encode``, on real-length texts, fp16, with the tokenizer serial and parallel (``sec_encode.py``).
 * ``search``: exact top-100 search over 1M random 384-d fp16 documents on the GPU, ours (``exact_search``: ids in,
-  dicts out) against plain torch doing the same work (matmul + ``topk`` per chunk in fp16 with float32
-  accumulation, then the same dicts); the top-100 sets are checked to be equal up to ties at the 100th score
-  (``sec_search.py``).
+  dicts out) against plain torch doing the same work (matmul + ``topk`` per chunk in fp16 with float32 accumulation,
+  then the same dicts); the top-100 sets are checked equal up to ties at the 100th score (``sec_search.py``).
 
 The mpnet model is built from its configuration with random weights (step time and memory do not depend on them;
 the output says so), with MiniLM's tokenizer. MiniLM travels in fp16 (``prepare.sh``), converted to fp32 at start.
