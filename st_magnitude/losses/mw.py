@@ -359,17 +359,20 @@ class MWLoss(BatchStats, FamilyLoss):
                     block = self._block(batch, local, scale)
             first = block.detach() if first is None else first
             ends.extend(torch.aminmax(block.detach()))
-        lo, hi = self._checked_range(torch.stack([*ends, *torch.aminmax(scaled)]), inv_tau)
+        pairs = positives.numel() * batch.size * n_docs
+        lo, hi = self._checked_range(torch.stack([*ends, *torch.aminmax(scaled)]), inv_tau, pairs)
         if stage == "grid":
             batch.extra["plan"] = plan_for_range(scaled, inv_tau, lo, hi, batch.size * n_docs, first)
         return batch
 
-    def _checked_range(self, ends: Tensor, inv_tau: float) -> tuple[float, float]:
+    def _checked_range(self, ends: Tensor, inv_tau: float, pairs: int) -> tuple[float, float]:
         """``(min, max)`` of the step's scaled scores, in the step's one host read; refuses scores that are not
-        finite, or so far apart that ``(s⁻ − s⁺)/τ`` overflows, before either pair stage sees them."""
+        finite, or so far apart that the pair sum could overflow (each of the ``pairs`` terms is at most
+        ``(max − min)/τ + log 2``), before either pair stage sees them."""
         lo, hi = ends.to(torch.float64).aminmax()
         lo, hi = torch.stack([lo, hi]).tolist()
-        if not (math.isfinite(lo) and math.isfinite(hi) and (hi - lo) * inv_tau <= torch.finfo(ends.dtype).max):
+        bound = ((hi - lo) * inv_tau + 1.0) * pairs if math.isfinite(hi - lo) else math.inf
+        if not bound <= torch.finfo(ends.dtype).max:
             if isinstance(self.temperature, LearnableScale):
                 tau = f"'learnable' (now {1 / scale_value(self.temperature):.3g})"
             else:
@@ -377,8 +380,9 @@ class MWLoss(BatchStats, FamilyLoss):
             raise ValueError(
                 f"{type(self).__name__}: the scores (similarity {self.similarity_name!r}, temperature {tau}) span "
                 f"[{lo:.6g}, {hi:.6g}], which is not finite or overflows {ends.dtype} once divided by the "
-                "temperature, so the loss would be NaN or inf: the embeddings' norms are too large for this "
-                "similarity (cosine bounds the scores; check the model's outputs for a diverged step or fp16 overflow)"
+                f"temperature and summed over {pairs} pairs, so the loss would be NaN or inf: the embeddings' norms "
+                "are too large for this similarity (cosine bounds the scores; check the model's outputs for a "
+                "diverged step or fp16 overflow)"
             )
         return lo, hi
 
