@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 TAU = 0.01
 GOAL = 1.05
+START, END = "<!-- mw-trainer:start -->", "<!-- mw-trainer:end -->"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -183,6 +184,35 @@ def show(row: dict) -> str:
     )
 
 
+def command(args: argparse.Namespace, argv: list[str]) -> str:
+    data = os.environ.get("ST_MAGNITUDE_DATA") if args.dataset != "synthetic" else None
+    return (f"ST_MAGNITUDE_DATA={data} " if data else "") + "python benchmarks/bench_mw_trainer.py " + " ".join(argv)
+
+
+def table(result: dict) -> str:
+    """The docs' table of a result (docs/mw_loss.md renders the committed JSON with it; a test compares)."""
+    lines = [
+        "| B | ours / ST's | CPU-s per step, ours (min / median) | ST's (min / median) | ratio CPU-s (min / median) "
+        "| ratio wall (median) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in result["rows"]:
+        o, t = r["ours_cpu_s"], r["theirs_cpu_s"]
+        lines.append(
+            f"| {r['batch']:,} | {r['ours']} / {r['theirs']} | {o['min']:.2f} / {o['median']:.2f} "
+            f"| {t['min']:.2f} / {t['median']:.2f} | {r['ratio_cpu_min']:.3f} / {r['ratio_cpu_median']:.3f} "
+            f"| {r['ratio_wall_median']:.3f} |"
+        )
+    before, after = (", ".join(f"{x:.1f}" for x in result[k]) for k in ("load_average_before", "load_average_after"))
+    lines += [
+        "",
+        f"Measured with `{result['command']}` ({result['model']}, max_seq_length {result['max_seq_length']}, "
+        f"{result['dataset']} train pairs, {result['threads']} thread(s), {result['repeats']} alternating repeats; "
+        f"{result['machine']}; load average {before} before, {after} after).",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -200,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(measure_row(model, pairs[:batch_size], batch_size, cached, args, Path(tmp)))
                 print(show(rows[-1]), flush=True)
     result = {
-        "command": "python benchmarks/bench_mw_trainer.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command(args, argv if argv is not None else sys.argv[1:]),
         "model": model_name,
         "dataset": args.dataset,
         "max_seq_length": args.max_seq_length,
@@ -215,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
     return 0
 
 

@@ -295,7 +295,7 @@ class MWLoss(BatchStats, FamilyLoss):
     #: τ from the bulk reads more
     host_reads_per_step = 1
     stats_prefix = "mw_"
-    #: the in-batch AUC costs a sort and two binary searches per score: computed (on training steps, under
+    #: the in-batch AUC costs two binary searches per score: computed (on training steps, under
     #: autograd) once a :class:`~st_magnitude.callbacks.LossStatsCallback` is attached, or when set to True
     record_stats = False
 
