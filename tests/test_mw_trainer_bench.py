@@ -41,3 +41,14 @@ def test_quick_mode_measures_the_same_rows_at_a_smaller_size():
     assert (args.batches, args.cached_batch, args.mini_batch_size) == ([16, 32], 64, 16)
     args = _module().parse_args([])
     assert (args.batches, args.cached_batch, args.mini_batch_size) == ([64, 256], 1024, 64)
+
+
+def test_the_mw_page_shows_the_committed_measurement():
+    from tests.doc_blocks import REPO
+
+    bench = _module()
+    result = json.loads((REPO / "docs" / "results" / "bench_mw_trainer.json").read_text())
+    page = (REPO / "docs" / "mw_loss.md").read_text()
+    section = page.split(bench.START, 1)[1].split(bench.END, 1)[0]
+    assert section.strip() == bench.table(result).strip()
+    assert len(result["rows"]) == 3 and result["repeats"] >= 3
