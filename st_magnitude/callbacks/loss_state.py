@@ -144,13 +144,16 @@ class LossStatsCallback(TrainerCallback):
     Args:
         loss: a loss with ``pop_stats() -> dict[str, float]`` (L2Dir: the positive-pair PO length ratio
             ‖PO_q‖/‖PO_t‖ of paper 002 §5.1, its std, the PO norms, the mean positive sim_TN and the unweighted
-            InfoNCE / InfoTN values).
+            InfoNCE / InfoTN values; MW: the in-batch AUC and the mean loss per pair, which it computes only once
+            this callback is attached).
         prefix: prepended to each key; default ``loss.stats_prefix`` (L2Dir: ``"l2dir_"``).
     """
 
     def __init__(self, loss: nn.Module, prefix: str | None = None) -> None:
         if not callable(getattr(loss, "pop_stats", None)):
             raise ValueError(f"{type(loss).__name__} keeps no statistics (it has no pop_stats())")
+        if hasattr(loss, "record_stats"):  # a loss whose statistics cost a pass computes them once they are read
+            loss.record_stats = True
         self.loss = loss
         self.prefix = getattr(loss, "stats_prefix", "") if prefix is None else prefix
 

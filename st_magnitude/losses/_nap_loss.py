@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from st_magnitude.losses._batch import check_columns, feature_rows
 from st_magnitude.losses._common import CachedLoss, FamilyLoss
 from st_magnitude.losses._loss_state import forward_cached_scaled, sync_loss_held_gradients
+from st_magnitude.losses._stats import BatchStats, read_stats
 from st_magnitude.modules.nap_head import NAPHead, NAPInputTap, modality_key
 
 logger = logging.getLogger(__name__)
@@ -55,16 +56,6 @@ def length_stats(anchor: Tensor, positive: Tensor) -> dict[str, Tensor]:
         }
 
 
-def read_stats(stats: dict[str, Tensor]) -> dict[str, float]:
-    """``{name: 0-d tensor}`` as Python floats, in one host read (one device sync on an accelerator)."""
-    if not stats:
-        return {}
-    values = list(stats.values())
-    device = values[0].device
-    numbers = torch.stack([v.detach().float().to(device).reshape(()) for v in values]).tolist()
-    return dict(zip(stats, numbers))
-
-
 def default_nap_head(model: nn.Module, tap: NAPInputTap, hidden_features: int | None = None) -> NAPHead:
     """A fresh head from the tapped width to itself (per modality: to the embedding width), on the model's device."""
     widths = tap.in_features()
@@ -77,7 +68,7 @@ def default_nap_head(model: nn.Module, tap: NAPInputTap, hidden_features: int | 
     return head.to(device) if device is not None else head
 
 
-class NAPLoss(FamilyLoss):
+class NAPLoss(BatchStats, FamilyLoss):
     """A loss on the un-normalized state tapped at ``nap_input`` (InfoTN; L2Dir adds InfoNCE on the embedding).
 
     :meth:`embed` returns the keyword arguments of ``compute_loss_from_embeddings``: ``embeddings`` (the model's
@@ -132,33 +123,6 @@ class NAPLoss(FamilyLoss):
             return list(states)
         modalities = modalities or ["text"] * len(states)
         return [head.project(x, m) for x, m in zip(states, modalities)]
-
-    def _record_stats(self, stats: dict[str, Tensor | float]) -> None:
-        """Keep one batch's statistics, and their running sums since the last :meth:`pop_stats`, on the device: a
-        training step reads nothing on the host for them (they are read when logged)."""
-        values = {
-            key: value.detach().float() if isinstance(value, Tensor) else torch.tensor(float(value))
-            for key, value in stats.items()
-        }
-        self.__dict__["_last_stats"] = values
-        accum = self.__dict__.setdefault("_stats_accum", {})
-        for key, value in values.items():
-            total, count = accum.get(key, (None, 0))
-            accum[key] = (value if total is None else total + value, count + 1)
-        if logger.isEnabledFor(logging.DEBUG):  # a host read, only when asked for
-            logger.debug("%s batch stats: %s", type(self).__name__, read_stats(values))
-
-    @property
-    def last_stats(self) -> dict[str, float]:
-        """The statistics of the latest batch (read on the host now)."""
-        return read_stats(self.__dict__.get("_last_stats", {}))
-
-    def pop_stats(self) -> dict[str, float]:
-        """Average of the statistics recorded since the last call (and reset): one host read for all of them."""
-        accum = self.__dict__.get("_stats_accum", {})
-        out = read_stats({key: total / count for key, (total, count) in accum.items() if count})
-        self.__dict__["_stats_accum"] = {}
-        return out
 
     @property
     def citation(self) -> str:

@@ -19,6 +19,7 @@ query against every passage of the batch except its own positive), pooled across
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Literal
 
 import torch
@@ -26,7 +27,8 @@ from torch import Tensor, nn
 
 from st_magnitude.losses._batch import GatheredBatch
 from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
-from st_magnitude.losses._mw_grid import grid_pair_sum, pair_sums, plan_for_range, score_range
+from st_magnitude.losses._mw_grid import grid_pair_sum, pair_sums, plan_for_range
+from st_magnitude.losses._stats import BatchStats, correctly_ordered_pairs
 from st_magnitude.losses._temperature import (
     LearnableScale,
     parse_temperature,
@@ -117,6 +119,11 @@ def mw_negatives(
     scores = at_least_fp32(similarity(query_rows, docs_all))  # [r, M]
     if scale is not None:
         scores = scores * scale
+    return _mask_own(scores, positive_columns)
+
+
+def _mask_own(scores: Tensor, positive_columns: Tensor) -> Tensor:
+    """``scores`` (``[r, M]``) with row r's own positive set to −∞ in place, flattened (see :func:`mw_negatives`)."""
     scores[torch.arange(scores.size(0), device=scores.device), positive_columns] = -torch.inf
     return scores.reshape(-1)
 
@@ -146,15 +153,27 @@ def choose_pair_stage(requested: str, positives: int, scores: int, device: torch
     return "pairwise" if pairs <= CPU_PAIRWISE_MAX_PAIRS else "grid"
 
 
-def _check_mw_args(reduction: str, chunk_size: int | None, pair_stage: str = "auto") -> None:
-    if reduction not in MW_REDUCTIONS:
-        raise ValueError(f"reduction must be one of {list(MW_REDUCTIONS)}, got {reduction!r}")
-    if pair_stage not in MW_PAIR_STAGES:
-        raise ValueError(f"pair_stage must be one of {list(MW_PAIR_STAGES)}, got {pair_stage!r}")
-    if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size > 0):
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if not (isinstance(value, str) and value in allowed):
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _check_chunk_size(chunk_size: Any) -> int | None:
+    # bool is an int subclass: chunk_size=True would silently mean one pair per chunk
+    if chunk_size is not None and not (
+        isinstance(chunk_size, int) and not isinstance(chunk_size, bool) and chunk_size > 0
+    ):
         raise ValueError(
             f"chunk_size must be None (automatic) or a positive int (pairs per chunk), got {chunk_size!r}"
         )
+    return chunk_size
+
+
+def _check_mw_args(reduction: str, chunk_size: int | None, pair_stage: str = "auto") -> None:
+    _check_choice("reduction", reduction, MW_REDUCTIONS)
+    _check_choice("pair_stage", pair_stage, MW_PAIR_STAGES)
+    _check_chunk_size(chunk_size)
 
 
 def _normaliser(reduction: str, world_batch: int, n_docs: int, world: int) -> float:
@@ -166,7 +185,7 @@ def _normaliser(reduction: str, world_batch: int, n_docs: int, world: int) -> fl
     return world / (world_batch * n_negatives)
 
 
-class MWLoss(FamilyLoss):
+class MWLoss(BatchStats, FamilyLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -208,8 +227,9 @@ class MWLoss(FamilyLoss):
             pair_stage: how the B·|S⁻| pairs are summed, with the same result: ``"pairwise"`` (every pair, O(B³)),
                 ``"grid"`` (node tables and Taylor moments on a power-of-two grid, O(B² + B·G), exact to ~1e-9; see
                 ``docs/mw_loss.md``) or ``"auto"`` (default): the pairwise sum for small batches, where it is
-                faster, the grid above (:func:`choose_pair_stage`). The grid reads the score range on the host once
-                per step.
+                faster, the grid above (:func:`choose_pair_stage`). Either reads the score range on the host once
+                per step, and refuses non-finite scores (or a range that overflows once divided by τ) in one
+                ``ValueError`` naming the similarity and the temperature.
             gather_across_devices: gather embeddings from all processes (with gradients); each process then
                 compares every positive with its own anchors' negatives, and the mean over processes is the loss of
                 the full global batch.
@@ -236,6 +256,11 @@ class MWLoss(FamilyLoss):
               negative of the other query (the loss logs a warning the first time it sees one).
             - With ``reduction="paper"`` the loss is in the thousands; gradient clipping (``max_grad_norm=1``) is
               then active on every step. ``"mean"`` keeps it O(1).
+            - Log what it optimises with ``callbacks=[LossStatsCallback(loss)]``
+              (:class:`~st_magnitude.callbacks.LossStatsCallback`): each training log then holds ``mw_auc``, the
+              batch's exact in-batch AUC (correctly ordered (positive, negative) pairs, ties ½), and
+              ``mw_loss_per_pair``, the mean loss per pair (log 2 at chance), averaged over the logging interval and
+              comparable across batch sizes and reductions; kept on the device until logged.
 
         Relations:
             - :class:`CachedMWLoss`: same loss and gradients with GradCache.
@@ -265,14 +290,45 @@ class MWLoss(FamilyLoss):
         self.chunk_size = chunk_size
         self.pair_stage = pair_stage
 
-    #: the grid pair stage reads the score range on the host once per step (a cached step reads the range of all
-    #: its chunks at once); a grid that must leave out scores thousands of τ from the bulk reads more
+    #: one host read per step, on both pair stages: the range of the step's scores (all of a cached step's chunks
+    #: at once), which refuses non-finite scores and sizes the grid; a grid that must leave out scores thousands of
+    #: τ from the bulk reads more
     host_reads_per_step = 1
+    stats_prefix = "mw_"
+    #: the in-batch AUC costs two binary searches per score: computed (on training steps, under
+    #: autograd) once a :class:`~st_magnitude.callbacks.LossStatsCallback` is attached, or when set to True
+    record_stats = False
+
+    # the settings are checked when assigned too (``loss.pair_stage = "gird"`` is refused, not ignored)
+    @property
+    def reduction(self) -> str:
+        return self.__dict__["_reduction"]
+
+    @reduction.setter
+    def reduction(self, value: str) -> None:
+        self.__dict__["_reduction"] = _check_choice("reduction", value, MW_REDUCTIONS)
+
+    @property
+    def pair_stage(self) -> str:
+        return self.__dict__["_pair_stage"]
+
+    @pair_stage.setter
+    def pair_stage(self, value: str) -> None:
+        self.__dict__["_pair_stage"] = _check_choice("pair_stage", value, MW_PAIR_STAGES)
+
+    @property
+    def chunk_size(self) -> int | None:
+        return self.__dict__["_chunk_size"]
+
+    @chunk_size.setter
+    def chunk_size(self, value: int | None) -> None:
+        self.__dict__["_chunk_size"] = _check_chunk_size(value)
 
     def prepare_batch(self, columns: list[Tensor], rows_per_chunk: int, detach_shared: bool = False) -> GatheredBatch:
         """Also score the B_world positives s_i⁺ once (every chunk compares its negatives with all of them), choose
-        the pair stage, and fix the pair-chunk size and the normalising factor. A chunked (cached) step on the grid
-        gets one grid for all its chunks, from the range of all their scores (one host read)."""
+        the pair stage, fix the pair-chunk size and the normalising factor, and read the range of the step's
+        scores (one host read for all its chunks), which refuses non-finite scores on both stages and gives the
+        grid stage one grid for the whole step. A step of one chunk keeps its score block for :meth:`rows_loss`."""
         batch = super().prepare_batch(columns, rows_per_chunk)
         positives = at_least_fp32(self.similarity_fct.pairwise(batch.queries, batch.docs[0]))
         n_docs = batch.docs_all.size(0)
@@ -287,10 +343,48 @@ class MWLoss(FamilyLoss):
             factor=_normaliser(self.reduction, batch.queries.size(0), n_docs, batch.world),
             plan=None,
             defer=detach_shared,  # the cached backward: the positives' grid share goes back once, in finish_batch
+            stats=self.record_stats and torch.is_grad_enabled(),
+            ordered=0,  # twice the Mann–Whitney U of the chunks so far (device int64)
+            pair_sum=0.0,  # the chunks' pair sums so far (device, detached)
         )
-        if stage == "grid" and rows_per_chunk < batch.size:
-            batch.extra["plan"] = self._step_plan(batch, positives, rows_per_chunk)
+        scale, inv_tau = self._inv_tau()
+        scaled = positives.detach() if scale is None else positives.detach() * scale
+        ends, first = [], None
+        for begin in range(0, batch.size, rows_per_chunk):
+            local = batch.local_rows(begin, min(begin + rows_per_chunk, batch.size))
+            if rows_per_chunk >= batch.size:  # one chunk: score it once, with autograd, for rows_loss
+                block = batch.extra["block"] = self._block(batch, local, scale)
+            else:  # several: scored again in rows_loss, as they will be scored there (same rows, same numbers)
+                with torch.no_grad():
+                    block = self._block(batch, local, scale)
+            first = block.detach() if first is None else first
+            ends.extend(torch.aminmax(block.detach()))
+        pairs = positives.numel() * batch.size * n_docs
+        lo, hi = self._checked_range(torch.stack([*ends, *torch.aminmax(scaled)]), inv_tau, pairs)
+        if stage == "grid":
+            batch.extra["plan"] = plan_for_range(scaled, inv_tau, lo, hi, batch.size * n_docs, first)
         return batch
+
+    def _checked_range(self, ends: Tensor, inv_tau: float, pairs: int) -> tuple[float, float]:
+        """``(min, max)`` of the step's scaled scores, in the step's one host read; refuses scores that are not
+        finite, or so far apart that the pair sum could overflow (each of the ``pairs`` terms is at most
+        ``(max − min)/τ + log 2``), before either pair stage sees them."""
+        lo, hi = ends.to(torch.float64).aminmax()
+        lo, hi = torch.stack([lo, hi]).tolist()
+        bound = ((hi - lo) * inv_tau + 1.0) * pairs if math.isfinite(hi - lo) else math.inf
+        if not bound <= torch.finfo(ends.dtype).max:
+            if isinstance(self.temperature, LearnableScale):
+                tau = f"'learnable' (now {1 / scale_value(self.temperature):.3g})"
+            else:
+                tau = f"{self.temperature:g}"
+            raise ValueError(
+                f"{type(self).__name__}: the scores (similarity {self.similarity_name!r}, temperature {tau}) span "
+                f"[{lo:.6g}, {hi:.6g}], which is not finite or overflows {ends.dtype} once divided by the "
+                f"temperature and summed over {pairs} pairs, so the loss would be NaN or inf: the embeddings' norms "
+                "are too large for this similarity (cosine bounds the scores; check the model's outputs for a "
+                "diverged step or fp16 overflow)"
+            )
+        return lo, hi
 
     def _inv_tau(self) -> tuple[Tensor | None, float]:
         """``(scale, inv_tau)``: a learnable 1/τ scales the scores before the pair stage (which then runs at τ = 1,
@@ -303,20 +397,6 @@ class MWLoss(FamilyLoss):
         scores = at_least_fp32(self.similarity_fct(batch.queries[local], batch.docs_all))
         return scores if scale is None else scores * scale
 
-    def _step_plan(self, batch: GatheredBatch, positives: Tensor, rows_per_chunk: int):
-        """The grid of a chunked step: the range of every chunk's scores, scored as :meth:`rows_loss` will score
-        them (same rows, so the same numbers), read once."""
-        scale, inv_tau = self._inv_tau()
-        with torch.no_grad():
-            ends, first = [], None
-            for begin in range(0, batch.size, rows_per_chunk):
-                block = self._block(batch, batch.local_rows(begin, min(begin + rows_per_chunk, batch.size)), scale)
-                first = block if first is None else first
-                ends.extend(torch.aminmax(block))
-            scaled = positives.detach() if scale is None else positives.detach() * scale
-            lo, hi = score_range(torch.stack(ends), scaled)
-            return plan_for_range(scaled, inv_tau, lo, hi, batch.size * batch.docs_all.size(0), first)
-
     def rows_loss(self, batch: GatheredBatch, begin: int, end: int) -> Tensor:
         """The pairs of this process's anchors ``begin:end``: their negatives against every positive of the batch."""
         local = batch.local_rows(begin, end)
@@ -324,13 +404,32 @@ class MWLoss(FamilyLoss):
         scale, inv_tau = self._inv_tau()  # (s⁻ − s⁺)/τ = s⁻·(1/τ) − s⁺·(1/τ): a learnable 1/τ gets its gradient
         if scale is not None:
             positives = positives * scale
-        if batch.extra["stage"] == "grid":
+        block = batch.extra.pop("block", None)  # a step of one chunk scored it in prepare_batch
+        if block is None:
             block = self._block(batch, local, scale)
+        if batch.extra["stats"]:
+            batch.extra["ordered"] = batch.extra["ordered"] + correctly_ordered_pairs(positives, block, local)
+        if batch.extra["stage"] == "grid":
             pairs = grid_pair_sum(positives, block, local, inv_tau, batch.extra["plan"], batch.extra["defer"])
         else:
-            negatives = mw_negatives(self.similarity_fct, batch.queries[local], batch.docs_all, local, scale)
+            negatives = _mask_own(block, local)
             pairs = pairwise_softplus_sum(positives, negatives, 1.0 / inv_tau, batch.extra["pair_chunk"])
+        if batch.extra["stats"]:
+            batch.extra["pair_sum"] = batch.extra["pair_sum"] + pairs.detach().double()
+            if end == batch.size:  # the step's last chunk
+                self._record_batch_stats(batch, positives.numel())
         return pairs * batch.extra["factor"]
+
+    def _record_batch_stats(self, batch: GatheredBatch, n_positives: int) -> None:
+        """The step's in-batch AUC (correctly ordered (positive, negative) pairs, ties ½) and mean loss per pair,
+        over this process's anchors' negatives against every positive; kept on the device until logged."""
+        pairs = n_positives * batch.size * (batch.docs_all.size(0) - 1)
+        self._record_stats(
+            {
+                "auc": batch.extra["ordered"].double() / (2 * pairs),
+                "loss_per_pair": batch.extra["pair_sum"] / pairs,
+            }
+        )
 
     def finish_batch(self, batch: GatheredBatch) -> None:
         """Back-propagate the positives' gradient, accumulated over the chunks, once (with the grid's share, which
@@ -379,6 +478,10 @@ class CachedMWLoss(CachedLoss):
         "gather_across_devices",
         "scale",
         "pair_stage",
+        "record_stats",
+        "last_stats",
+        "pop_stats",
+        "stats_prefix",
     )
 
     def __init__(
