@@ -209,7 +209,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_output(folders, how, tmp_path, mo
         real = json.dump
 
         def full(obj, fp, *args, **kwargs):
-            if "config_sentence_transformers" in getattr(fp, "name", ""):
+            if "config_sentence_transformers" in str(getattr(fp, "name", "")):  # a descriptor-opened file: an int
                 raise OSError(errno.ENOSPC, "No space left on device")
             return real(obj, fp, *args, **kwargs)
 
