@@ -165,3 +165,22 @@ def test_a_stage_this_run_made_is_marked_and_unmarked_by_the_writer(tmp_path):
                 os.close(fd)
     remove_stale_stages(tmp_path / "out", infix="save-", run="convert")  # released, marked: a killed run's
     assert not stage.exists()
+
+
+def test_a_stage_that_becomes_the_output_gets_the_mode_mkdir_gives(tmp_path):
+    """``mkdtemp`` makes a stage 0700; the folder it becomes (a converted model, an export) is readable as a plain
+    ``mkdir`` under the umask would make it."""
+    import os
+
+    from st_magnitude._trust.stages import held_stage, unmark
+
+    mask = os.umask(0o022)
+    try:
+        with held_stage(tmp_path / "out", infix="save-", run="convert") as stage:
+            assert stage.stat().st_mode & 0o777 == 0o700
+            unmark(stage)
+            assert stage.stat().st_mode & 0o777 == 0o755
+            (tmp_path / "plain").mkdir()
+            assert stage.stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777
+    finally:
+        os.umask(mask)

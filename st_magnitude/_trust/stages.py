@@ -68,9 +68,25 @@ def _mark(stage: Path, run: str) -> None:
         json.dump(record, fh)
 
 
+def _folder_mode() -> int:
+    """The mode ``mkdir`` gives a new folder under this process's umask (read without changing it where Linux says)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o777 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o777 & ~mask
+
+
 def unmark(stage: Path) -> None:
-    """Take the marker out of ``stage`` before it becomes the output (its rename, or the digests of its files)."""
+    """Take the marker out of ``stage`` before it becomes the output (its rename, or the digests of its files), and
+    give it the mode a plain ``mkdir`` would (``mkdtemp`` makes it 0700: a model others could not read)."""
     (stage / MARKER).unlink(missing_ok=True)
+    os.chmod(stage, _folder_mode())
 
 
 def _not_a_stage(stage: Path, run: str) -> str | None:
