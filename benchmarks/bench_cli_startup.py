@@ -28,25 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from st_magnitude.cli import command_paths
+
 ROOT = Path(__file__).resolve().parent.parent
 
-#: The commands whose ``--help`` is timed (a command with sub-commands: each of them too).
-HELP = (
-    ["strip"],
-    ["convert"],
-    ["export"],
-    ["inspect"],
-    ["evaluate"],
-    ["mteb"],
-    ["mteb", "run"],
-    ["diagnose"],
-    ["scaling"],
-    ["scaling", "fit"],
-    ["scaling", "choose"],
-    ["calibrate"],
-    ["compare"],
-    ["replicate"],
-)
 
 
 def error_cases(tmp: Path) -> list[tuple[list[str], str]]:
@@ -106,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     reference = [sys.executable, "-c", "import sentence_transformers"]
     with tempfile.TemporaryDirectory() as tmp:
-        cases = [(["--help"], "")] + [([*c, "--help"], "") for c in HELP] + error_cases(Path(tmp))
+        cases = [(["--help"], "")] + [([*c, "--help"], "") for c in command_paths()] + error_cases(Path(tmp))
         if args.only:
             cases = [c for c in cases if c[0][0] in args.only]
         times: dict[str, list[tuple[float, float]]] = {"import sentence_transformers": []}

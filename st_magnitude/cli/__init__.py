@@ -151,6 +151,20 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
+def command_paths() -> list[list[str]]:
+    """Every command and sub-command as the words that name it (``["scaling", "fit"]``), from the registry and the
+    parsers its modules build: what a test or a benchmark walks to reach each of them."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    paths: list[list[str]] = []
+    for name, command_parser in commands.choices.items():
+        paths.append([name])
+        for action in command_parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                paths.extend([name, sub] for sub in action.choices)
+    return paths
+
+
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     """A warning as the CLI prints it: ``Category: message`` on one line (no source path, no code line)."""
     return f"{category.__name__}: {' '.join(str(message).split())}\n"

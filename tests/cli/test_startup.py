@@ -13,26 +13,11 @@ import sys
 from pathlib import Path
 
 import st_magnitude
+from st_magnitude.cli import command_paths
 
 HEAVY = ("torch", "sentence_transformers", "transformers", "mteb", "numpy", "scipy", "sklearn", "datasets")
 
-HELP = [
-    [],
-    ["strip"],
-    ["convert"],
-    ["export"],
-    ["inspect"],
-    ["evaluate"],
-    ["mteb"],
-    ["mteb", "run"],
-    ["diagnose"],
-    ["scaling"],
-    ["scaling", "fit"],
-    ["scaling", "choose"],
-    ["calibrate"],
-    ["compare"],
-    ["replicate"],
-]
+HELP = [[], *command_paths()]  # the top level, every command and sub-command
 
 # (argv with {model} / {data} / {no_corpus} / {missing} / {out}, words the one error line contains)
 ERRORS = [
@@ -88,9 +73,6 @@ def _run_all(cases: list[list[str]]) -> list[dict]:
 
 
 def test_help_of_every_command_imports_nothing_heavy():
-    from st_magnitude.cli import COMMANDS
-
-    assert {words[0] for words in HELP if words} == set(COMMANDS)  # a new command is added here too
     report = _run_all([[*words, "--help"] for words in HELP])
     for case in report:
         assert case["code"] == 0, case
