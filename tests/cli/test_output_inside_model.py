@@ -12,20 +12,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.toy_beir import write_toy_beir
+from helpers.toy_beir import write_model_and_toy
 
 from st_magnitude.cli import main
 
 
 @pytest.fixture(scope="module")
 def world(tiny_bert_dir, tmp_path_factory):
-    from conftest import build_tiny_st
-
-    root = tmp_path_factory.mktemp("inside_model")
-    build_tiny_st(tiny_bert_dir).save(str(root / "model"))
-    write_toy_beir(root / "toy", n_docs=12, n_queries=4)
-    write_toy_beir(root / "toy", n_docs=12, n_queries=4, split="train")
-    return root
+    return write_model_and_toy(tmp_path_factory.mktemp("inside_model"), tiny_bert_dir)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:

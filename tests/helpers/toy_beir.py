@@ -44,3 +44,13 @@ def write_toy_beir(folder: Path, n_docs: int = 24, n_queries: int = 6, seed: int
             for j in (2 * i, 2 * i + 1):
                 f.write(f"q{i}\td{j}\t{1 + (j % 2)}\r\n")
     return folder
+
+
+def write_model_and_toy(root: Path, tiny_bert_dir: Path) -> Path:
+    """``root/model`` (a tiny ST model) and ``root/toy`` (a toy BEIR folder with a test and a train split)."""
+    from conftest import build_tiny_st
+
+    build_tiny_st(tiny_bert_dir).save(str(root / "model"))
+    write_toy_beir(root / "toy", n_docs=12, n_queries=4)
+    write_toy_beir(root / "toy", n_docs=12, n_queries=4, split="train")
+    return root
