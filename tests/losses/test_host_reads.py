@@ -139,3 +139,54 @@ def test_the_counting_patch_sees_a_read_in_the_package_and_is_removed_after():
         bool(torch.ones(()))  # the test's own read: not the package's
     assert sites and all(s.startswith("st_magnitude/losses/_batch.py:") for s in sites)
     assert "__bool__" not in vars(torch.Tensor) and torch.unique is unique and torch.Tensor.item is item
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MW on wide score ranges: a paged grid and the tails (scores thousands of τ apart) read what the loss declares
+# ---------------------------------------------------------------------------------------------------------------
+MW_WIDE = [("dot", 0.01), ("qnorm", 0.01), ("dnorm", 0.01), ("cosine", 1e-6)]
+
+
+def _mw_columns(batch: int, seed: int = 0) -> list[torch.Tensor]:
+    """(anchor, positive) embeddings with norms over logspace(-2, 2): dot, qnorm and dnorm scores span ~1e6 τ."""
+    g = torch.Generator().manual_seed(seed)
+    norms = torch.logspace(-2, 2, batch)
+    return [
+        torch.nn.functional.normalize(torch.randn(batch, 8, generator=g), dim=1)
+        * norms[torch.randperm(batch, generator=g)][:, None]
+        for _ in range(2)
+    ]
+
+
+def _mw_reads(loss, columns, cached: bool) -> list[str]:
+    def step():
+        leaves = [c.clone().requires_grad_() for c in columns]
+        if cached:
+            loss.calculate_loss([[x] for x in leaves], with_backward=True)
+        else:
+            loss.compute_loss_from_embeddings(leaves).backward()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(_batch.DUPLICATE_CHECK_FIRST):
+            step()
+        with counting_host_reads() as sites:
+            for _ in range(COUNTED_CALLS):
+                step()
+    return sites
+
+
+@pytest.mark.parametrize("stage", ["grid", "pairwise"])
+@pytest.mark.parametrize("mini_batch", [None, 8, 64], ids=["plain", "cached-4-chunks", "cached-1-chunk"])
+@pytest.mark.parametrize("similarity,temperature", MW_WIDE)
+@pytest.mark.parametrize("batch", [32, 256])
+def test_mw_on_wide_ranges_reads_what_it_declares(tiny_model, monkeypatch, similarity, temperature, mini_batch, stage, batch):
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)
+    kw = {"temperature": temperature, "pair_stage": stage}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss = L.MWLoss(tiny_model, similarity, **kw) if mini_batch is None else L.CachedMWLoss(tiny_model, similarity, mini_batch_size=mini_batch, **kw)
+    columns = _mw_columns(batch)
+    sites = _mw_reads(loss, columns, mini_batch is not None)
+    plan_paged = None
+    print(f"\nREADS {similarity} {temperature} {stage} B={batch} mb={mini_batch}: {len(sites) / COUNTED_CALLS:g} per step, declared {loss.host_reads_per_step}; {sorted(set(sites))}")
