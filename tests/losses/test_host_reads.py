@@ -176,17 +176,46 @@ def _mw_reads(loss, columns, cached: bool) -> list[str]:
     return sites
 
 
-@pytest.mark.parametrize("stage", ["grid", "pairwise"])
-@pytest.mark.parametrize("mini_batch", [None, 8, 64], ids=["plain", "cached-4-chunks", "cached-1-chunk"])
-@pytest.mark.parametrize("similarity,temperature", MW_WIDE)
-@pytest.mark.parametrize("batch", [32, 256])
-def test_mw_on_wide_ranges_reads_what_it_declares(tiny_model, monkeypatch, similarity, temperature, mini_batch, stage, batch):
-    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)
+def _mw_loss(model, similarity, temperature, stage, mini_batch):
     kw = {"temperature": temperature, "pair_stage": stage}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        loss = L.MWLoss(tiny_model, similarity, **kw) if mini_batch is None else L.CachedMWLoss(tiny_model, similarity, mini_batch_size=mini_batch, **kw)
-    columns = _mw_columns(batch)
+        warnings.simplefilter("ignore")  # magnitude similarities on a normalising model: on purpose
+        if mini_batch is None:
+            return L.MWLoss(model, similarity, **kw)
+        return L.CachedMWLoss(model, similarity, mini_batch_size=mini_batch, **kw)
+
+
+def _assert_declared(loss, sites, stage, passes):
+    per_step = len(sites) / COUNTED_CALLS
+    # a paged grid: the range, the pages' plan, one read per pass of each chunk; pairwise: the range alone
+    expected = 2 + passes if stage == "grid" else 1
+    assert per_step == loss.host_reads_per_step == expected, (
+        f"{per_step:g} reads per step, declared {loss.host_reads_per_step}, expected {expected}: {sorted(set(sites))}"
+    )
+
+
+@pytest.mark.parametrize("stage", ["grid", "pairwise"])
+@pytest.mark.parametrize("mini_batch", [None, 16, 64], ids=["plain", "cached-4-chunks", "cached-1-chunk"])
+@pytest.mark.parametrize("similarity,temperature", MW_WIDE)
+def test_mw_on_wide_ranges_reads_what_it_declares(tiny_model, monkeypatch, similarity, temperature, mini_batch, stage):
+    """Scores ~1e6 τ apart page the grid and sum most scores on the tails: the step reads the range, the pages'
+    plan (every level's cost and pages at once) and one count per chunk, and declares exactly that."""
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)
+    loss = _mw_loss(tiny_model, similarity, temperature, stage, mini_batch)
+    sites = _mw_reads(loss, _mw_columns(64), mini_batch is not None)
+    _assert_declared(loss, sites, stage, passes=64 // (mini_batch or 64))
+
+
+@pytest.mark.parametrize("mini_batch", [None, 64], ids=["plain", "cached-4-chunks"])
+def test_mw_with_pages_on_the_grid_and_several_passes_reads_once_a_pass(tiny_model, monkeypatch, mini_batch):
+    """B = 256 dot scores put some pages on the grid (scores split between the grid and the tails, the own
+    positives among both); with passes of 4,096 scores each chunk makes several passes, each read once."""
+    from st_magnitude.losses import _mw_grid
+
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)
+    monkeypatch.setattr(_mw_grid, "CPU_CHUNK", 4096)
+    loss = _mw_loss(tiny_model, "dot", 0.01, "grid", mini_batch)
+    columns = _mw_columns(256)
     sites = _mw_reads(loss, columns, mini_batch is not None)
-    plan_paged = None
-    print(f"\nREADS {similarity} {temperature} {stage} B={batch} mb={mini_batch}: {len(sites) / COUNTED_CALLS:g} per step, declared {loss.host_reads_per_step}; {sorted(set(sites))}")
+    chunk_scores = (mini_batch or 256) * 256
+    _assert_declared(loss, sites, "grid", passes=(256 // (mini_batch or 256)) * (chunk_scores // 4096))
