@@ -126,7 +126,8 @@ class Tails:
     def near_counts(self, x: Tensor, keep: Tensor) -> Tensor:
         """``[rows, pairs]`` (device int64) of the near runs of the scores ``x`` where ``keep`` (bool): what
         :meth:`add` needs on the host to size its passes, for the caller to read with its own counts in one read."""
-        lengths = self.near_length.index_select(0, self.buckets(x)).masked_fill(~keep, 0)
+        # the buckets of float64 scores, as :meth:`add` finds them (float32 products may flush to zero)
+        lengths = self.near_length.index_select(0, self.buckets(x.to(torch.float64))).masked_fill(~keep, 0)
         return torch.stack([torch.count_nonzero(lengths), lengths.sum()])
 
     def add(
