@@ -38,8 +38,9 @@ points lie, so it is evaluated on a grid instead, *exactly to float64 rounding p
 
 Cost: one pass over the scores, in cache-sized chunks, with D+1 deposits and D+1 gathers per score, plus ``2·B·G``
 table evaluations; about cross-entropy's cost from B ≈ 2,048 on (``python benchmarks/bench_mw_pairs.py``, the table in
-docs/mw_loss.md; ``--levels`` times each level). One host read per call: the range of the scores and positives
-(and, only for a paged grid, a sample's pages and each chunk's count of scores off them).
+docs/mw_loss.md; ``--levels`` times each level). One host read per call: the range of the scores and positives;
+a paged grid adds one planning its pages (every level's cost and pages, read at once) and one per pass of
+:data:`CPU_CHUNK` / :data:`GPU_CHUNK` scores (how many lie off the pages, and their near pairs: the pass's shapes).
 """
 
 from __future__ import annotations
