@@ -532,13 +532,14 @@ def _pages(plan: GridPlan, n_scores: int, sample: Tensor) -> tuple[Tensor, Tenso
     on_tails = share * (TAIL_NS + near.to(torch.float64) * NEAR_NS)
     on_grid = share * _neg_ns(degree) + ps.numel() * size * _pos_ns(degree)
     chosen = (on_grid < on_tails) & valid
-    heaviest = pages[torch.argmax(torch.where(chosen, on_tails, -1.0))]  # none chosen: chosen stays all False
+    # by index_select: a 0-dim tensor as an index may be read on the host; none chosen: chosen stays all False
+    heaviest = pages.index_select(0, torch.argmax(torch.where(chosen, on_tails, -1.0)).reshape(1))
     chosen &= (pages - heaviest).abs() < MAX_PAGE_SPAN // 2
     cost = torch.where(valid, torch.where(chosen, on_grid, on_tails), 0.0).sum()
     keys, _ = torch.sort(torch.where(chosen, pages, torch.inf))
     n_chosen = chosen.sum()
-    last = keys[(n_chosen - 1).clamp_min(0)]
-    return keys, torch.stack([cost, n_chosen.to(torch.float64), keys[0], last])
+    last = keys.index_select(0, (n_chosen - 1).clamp_min(0).reshape(1))
+    return keys, torch.cat([torch.stack([cost, n_chosen.to(torch.float64), keys[0]]), last])
 
 
 def grid_pair_sum(
