@@ -54,12 +54,12 @@ def section_syncs(args, ctx, free, log, load_st, batches, make_loss, pairs) -> l
     for name in ("MNRL", "CMNRL", *pairs):
         loss = make_loss(name, model)
         row: dict = {"loss": name, "measured": device.startswith("cuda"), "counted_call": before + 1}
-        if hasattr(loss, "host_reads_per_step"):
-            row["declared_host_reads"] = loss.host_reads_per_step
         try:
             for i in range(before + 1):
                 with count_syncs(device) as full_step:
                     _total(loss([q, d], labels)).backward()
+            if hasattr(loss, "host_reads_per_step"):  # MW's depends on the step's layout: read after it
+                row["declared_host_reads"] = loss.host_reads_per_step
             row["step_syncs"] = len(full_step)
             row["step_sync_sites"] = sorted(set(full_step))[:5]
             inner = getattr(loss, "compute_loss_from_embeddings", None)

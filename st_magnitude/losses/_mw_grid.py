@@ -38,8 +38,9 @@ points lie, so it is evaluated on a grid instead, *exactly to float64 rounding p
 
 Cost: one pass over the scores, in cache-sized chunks, with D+1 deposits and D+1 gathers per score, plus ``2·B·G``
 table evaluations; about cross-entropy's cost from B ≈ 2,048 on (``python benchmarks/bench_mw_pairs.py``, the table in
-docs/mw_loss.md; ``--levels`` times each level). One host read per call: the range of the scores and positives
-(and, only for a paged grid, a sample's pages and each chunk's count of scores off them).
+docs/mw_loss.md; ``--levels`` times each level). One host read per call: the range of the scores and positives;
+a paged grid adds one planning its pages (every level's cost and pages, read at once) and one per pass of
+:data:`CPU_CHUNK` / :data:`GPU_CHUNK` scores (how many lie off the pages, and their near pairs: the pass's shapes).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import torch
 from torch import Tensor
 
 from st_magnitude._cpu_shortcuts import takes_cpu_shortcut
-from st_magnitude.losses._mw_tails import TAIL_Z, Tails
+from st_magnitude.losses._mw_tails import TAIL_Z, Tails, stable_partition
 
 __all__ = [
     "GridPlan",
@@ -61,6 +62,7 @@ __all__ = [
     "grid_pair_sum",
     "level_of",
     "make_plan",
+    "pair_passes",
     "pair_sums",
     "plan_for_range",
     "score_range",
@@ -218,13 +220,13 @@ class GridPlan:
         self.grad_table = torch.cat([grad_t, zero]).to(dtype)
         self.moments = loss_t.new_zeros(self.nodes, self.degree + 1)
 
-    def build_pages(self, pages: Tensor, page_nodes: int, dtype: torch.dtype) -> None:
-        """A grid of ``pages`` (sorted absolute page numbers, float64) of ``page_nodes`` nodes each, and its tables;
-        the scores on no page go to :attr:`tails`."""
+    def build_pages(self, pages: Tensor, first: float, last: float, page_nodes: int, dtype: torch.dtype) -> None:
+        """A grid of ``pages`` (sorted absolute page numbers, float64; ``first`` and ``last`` of them, read on the
+        host already) of ``page_nodes`` nodes each, and its tables; the scores on no page go to :attr:`tails`."""
         device = self.positives.device
         self.page_nodes = page_nodes
-        self.page_first = float(pages[0]) if pages.numel() else 0.0
-        span = int(pages[-1] - pages[0]) + 1 if pages.numel() else 1
+        self.page_first = first if pages.numel() else 0.0
+        span = int(last - first) + 1 if pages.numel() else 1
         self.page_slots = torch.full((span,), -1, dtype=torch.int64, device=device)
         self.page_slots[(pages - self.page_first).long()] = torch.arange(pages.numel(), device=device)
         self.node_start = (pages * page_nodes).repeat_interleave(page_nodes)
@@ -319,43 +321,44 @@ class _GridPairs(torch.autograd.Function):
         loss_exact = torch.zeros((), dtype=torch.float64, device=flat.device)
         pos_exact = torch.zeros_like(plan.positives)
         own = torch.arange(rows, device=flat.device) * width + own_columns
-        chunk = CPU_CHUNK if flat.device.type == "cpu" else GPU_CHUNK
+        chunk = CPU_CHUNK if flat.device.type == "cpu" else GPU_CHUNK  # as pair_passes counts
         grad_cols = plan.grad_table.T.contiguous()  # [D+1, nodes+1]
         if plan.windowed:  # the scores off the grid's pages: from the sorted positives (:class:`Tails`)
             tail_sums = plan.tails.start()
-            starts = torch.arange(0, flat.numel() + chunk, chunk, device=flat.device)
-            own_at = torch.searchsorted(own, starts).tolist()  # own is ascending: the own entries of each chunk
+            is_own = torch.zeros(flat.numel(), dtype=torch.bool, device=flat.device)
+            is_own[own] = True  # the rows' own positives count for nothing on the tails
         for begin in range(0, flat.numel(), chunk):
             x = flat[begin : begin + chunk]
-            if nodes == 0:  # no page on the grid: every score on the tails
-                own_here = own[own_at[begin // chunk] : own_at[begin // chunk + 1]] - begin
-                loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad, own_here)
+            if nodes == 0:  # no page on the grid: every score on the tails (one host read: the near runs' size)
+                skip = is_own[begin : begin + chunk]
+                loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad, skip)
                 loss_exact += loss_c
                 if needs_grad:
                     grad_block[begin : begin + chunk] = g_neg
                 continue
             node, u = _locate(x, plan)
             on_grid = None
-            if plan.windowed:  # the own positives among them count for nothing there (``skip``)
+            if plan.windowed:  # the pass's one host read: how many scores are off the pages, and their near runs
                 outside = (node < 0) | (node > nodes - 1)
-                n_out = int(outside.sum())
-                own_here = own[own_at[begin // chunk] : own_at[begin // chunk + 1]] - begin
+                skip = is_own[begin : begin + chunk]
+                near = plan.tails.near_counts(x, outside & ~skip)
+                n_out, n_near, n_pairs = torch.cat([outside.sum().unsqueeze(0), near]).tolist()
                 if n_out == x.numel():
-                    loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad, own_here)
+                    loss_c, g_neg = plan.tails.add(x.to(torch.float64), tail_sums, needs_grad, skip, (n_near, n_pairs))
                     loss_exact += loss_c
                     if needs_grad:
                         grad_block[begin : begin + chunk] = g_neg
                     continue
-                out_idx = outside.nonzero().squeeze(1)
                 if n_out:
-                    at = torch.searchsorted(out_idx, own_here).clamp_max(n_out - 1)
-                    skip = at[out_idx[at] == own_here]
-                    loss_c, g_neg = plan.tails.add(x[out_idx].to(torch.float64), tail_sums, needs_grad, skip)
+                    order = stable_partition(outside, n_out)
+                    out_idx, on_grid = order[:n_out], order[n_out:]
+                    x_out = x.index_select(0, out_idx).to(torch.float64)
+                    loss_c, g_neg = plan.tails.add(
+                        x_out, tail_sums, needs_grad, skip.index_select(0, out_idx), (n_near, n_pairs)
+                    )
                     loss_exact += loss_c
                     if needs_grad:
                         grad_block[begin + out_idx] = g_neg.to(flat.dtype)
-                if out_idx.numel():
-                    on_grid = (~outside).nonzero().squeeze(1)
                     node, u = node[on_grid], u[on_grid]
             index = node.to(_index_dtype(flat))
             v = u.to(torch.float64) * plan.alpha
@@ -452,19 +455,23 @@ def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_sc
     paged = None
     if (hi - lo) * inv_tau > PAGES_FROM or not options:
         tails = Tails(positives, inv_tau, lo, hi)
+        layouts = []
         for index in PAGE_LEVELS:
             plan = make_plan(positives, inv_tau, index)
             plan.tails = tails
-            pages, cost = _pages(plan, n_scores, sample)
+            layouts.append((plan, *_pages(plan, n_scores, sample)))
+        # the paged layout's one host read: every level's cost, number of pages, first and last page
+        facts = torch.stack([f for _, _, f in layouts]).tolist()
+        for (plan, keys, _), (cost, count, first, last) in zip(layouts, facts):
             if paged is None or cost < paged[0]:
-                paged = (cost, plan, pages)
+                paged = (cost, plan, (keys[: int(count)], first, last))
     deep_tail = (hi - lo) * inv_tau + 2 * LEVELS[-1][0] > 690  # the positives lie in [lo, hi] too
     if paged is not None and (not options or paged[0] < min(options)[0]):
         _, plan, pages = paged
         plan.deep_tail = deep_tail
         plan.windowed = True
         plan.wide = max(abs(lo), abs(hi)) / plan.h >= 2**22 and dtype != torch.float64
-        plan.build_pages(pages, PAGE_NODES, dtype)
+        plan.build_pages(*pages, PAGE_NODES, dtype)
     else:
         _, index, lo_node, hi_node = min(options)
         plan = make_plan(positives, inv_tau, index)
@@ -472,6 +479,11 @@ def plan_for_range(positives: Tensor, inv_tau: float, lo: float, hi: float, n_sc
         plan.wide = max(abs(lo_node), abs(hi_node)) >= 2**22 and dtype != torch.float64
         plan.build(lo_node, hi_node, dtype)
     return plan
+
+
+def pair_passes(n_scores: int, device: torch.device) -> int:
+    """The passes :func:`grid_pair_sum` makes over a block of ``n_scores`` scores (a paged grid reads once a pass)."""
+    return max(1, -(-n_scores // (CPU_CHUNK if device.type == "cpu" else GPU_CHUNK)))
 
 
 def _neg_ns(degree: int) -> float:
@@ -490,31 +502,44 @@ def _first_node(node: int) -> int:
     return int(as_float)
 
 
-def _pages(plan: GridPlan, n_scores: int, sample: Tensor) -> tuple[Tensor, float]:
+def _pages(plan: GridPlan, n_scores: int, sample: Tensor) -> tuple[Tensor, Tensor]:
     """The pages (of :data:`PAGE_NODES` nodes at the plan's level) worth a grid, and the layout's estimated cost
     in ns: from a strided sample of the scores, each page's share of the scores and the positives within reach of
     it; a page goes on the grid when its scores would cost more on the tails (:data:`TAIL_NS` a score and
     :data:`NEAR_NS` a pair of its near run) than on the grid (its scores' deposits and its B × page tables). This
     bounds the pairs evaluated one by one: a page full of scores among many positives is on the grid. The pages
-    span at most :data:`MAX_PAGE_SPAN` page numbers (around the costliest)."""
+    span at most :data:`MAX_PAGE_SPAN` page numbers (around the costliest).
+
+    Computed on the device without a host read: ``(keys, facts)`` with ``keys`` the chosen pages first (ascending,
+    then +inf) and ``facts`` = [cost, number chosen, first, last chosen page] (float64), which
+    :func:`plan_for_range` reads for every level at once."""
     flat = sample.detach().reshape(-1)
     picks = flat[:: max(1, flat.numel() // PAGE_SAMPLE)].to(torch.float64)
     size, degree = PAGE_NODES, plan.degree
-    page = torch.floor(torch.round(picks / plan.h) / size)
-    pages, counts = torch.unique(page, return_counts=True)
-    share = counts.to(torch.float64) * (n_scores / picks.numel())
+    page, _ = torch.sort(torch.floor(torch.round(picks / plan.h) / size))
+    # the distinct pages by runs of the sorted sample (``torch.unique`` would wait for the device): slot r holds run r
+    starts = torch.ones_like(page, dtype=torch.bool)
+    starts[1:] = page[1:] != page[:-1]
+    run = torch.cumsum(starts, 0) - 1
+    counts = torch.zeros_like(page).index_add_(0, run, torch.ones_like(page))
+    pages = torch.zeros_like(page).index_put_((run,), page)
+    valid = counts > 0  # slots past the last run hold nothing
+    share = counts * (n_scores / picks.numel())
     reach = TAIL_Z / plan.inv_tau
     ps = plan.tails.sorted
     near = torch.searchsorted(ps, (pages + 1) * size * plan.h + reach, right=True)
     near -= torch.searchsorted(ps, pages * size * plan.h - reach)
     on_tails = share * (TAIL_NS + near.to(torch.float64) * NEAR_NS)
     on_grid = share * _neg_ns(degree) + ps.numel() * size * _pos_ns(degree)
-    chosen = on_grid < on_tails
-    if bool(chosen.any()):
-        heaviest = pages[torch.argmax(torch.where(chosen, on_tails, -1.0))]
-        chosen &= (pages - heaviest).abs() < MAX_PAGE_SPAN // 2
-    cost = float(torch.where(chosen, on_grid, on_tails).sum())
-    return pages[chosen], cost
+    chosen = (on_grid < on_tails) & valid
+    # by index_select: a 0-dim tensor as an index may be read on the host; none chosen: chosen stays all False
+    heaviest = pages.index_select(0, torch.argmax(torch.where(chosen, on_tails, -1.0)).reshape(1))
+    chosen &= (pages - heaviest).abs() < MAX_PAGE_SPAN // 2
+    cost = torch.where(valid, torch.where(chosen, on_grid, on_tails), 0.0).sum()
+    keys, _ = torch.sort(torch.where(chosen, pages, torch.inf))
+    n_chosen = chosen.sum()
+    last = keys.index_select(0, (n_chosen - 1).clamp_min(0).reshape(1))
+    return keys, torch.cat([torch.stack([cost, n_chosen.to(torch.float64), keys[0]]), last])
 
 
 def grid_pair_sum(

@@ -30,7 +30,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["SERIES_TERMS", "TAIL_Z", "Tails"]
+__all__ = ["SERIES_TERMS", "TAIL_Z", "Tails", "stable_partition"]
 
 #: exponential terms K of each side's series, and the distance T (in τ) beyond which a pair is summed by them: the
 #: first neglected term is, relative to the pair's value, e^{−KT}/(K+1) ≈ 7e-10 on the exponential side (below the
@@ -44,6 +44,17 @@ GAP_CAP = 750.0
 MAX_BUCKETS = 2**16
 #: near pairs evaluated per pass
 PAIR_CHUNK = 2**20
+
+
+def stable_partition(mask: Tensor, count: int) -> Tensor:
+    """The positions of ``mask``'s True entries, then of its False ones, each in order, without a host read
+    (``nonzero`` waits for the device): ``count`` is the number of True entries, known already."""
+    index = torch.arange(mask.numel(), device=mask.device)
+    before = torch.cumsum(mask, 0)  # True entries up to and including each position
+    dest = torch.where(mask, before - 1, count + index - before)
+    order = torch.empty_like(index)
+    order[dest] = index
+    return order
 
 
 def _pow2_at_least(x: float) -> float:
@@ -112,15 +123,28 @@ class Tails:
         """A fresh accumulator of per-bucket sums for :meth:`add` (one call of the pair stage)."""
         return torch.zeros(2 + 2 * SERIES_TERMS, self.n_buckets, dtype=torch.float64, device=self.sorted.device)
 
+    def near_counts(self, x: Tensor, keep: Tensor) -> Tensor:
+        """``[rows, pairs]`` (device int64) of the near runs of the scores ``x`` where ``keep`` (bool): what
+        :meth:`add` needs on the host to size its passes, for the caller to read with its own counts in one read."""
+        # the buckets of float64 scores, as :meth:`add` finds them (float32 products may flush to zero)
+        lengths = self.near_length.index_select(0, self.buckets(x.to(torch.float64))).masked_fill(~keep, 0)
+        return torch.stack([torch.count_nonzero(lengths), lengths.sum()])
+
     def add(
-        self, x: Tensor, sums: Tensor, needs_grad: bool, skip: Tensor | None = None
+        self,
+        x: Tensor,
+        sums: Tensor,
+        needs_grad: bool,
+        skip: Tensor | None = None,
+        near_size: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Scores ``x`` (float64, inside the range the buckets were made for) against every positive: their near
         runs' loss, returned with ``∂/∂x`` (float64, None without ``needs_grad``); the sides' share of the loss and
         of the positives' gradient goes into ``sums`` (per bucket) for :meth:`finish`. The near runs' share of the
-        positives' gradient is added to :attr:`near_grad` (sorted order). ``skip``: positions in ``x`` that count
+        positives' gradient is added to :attr:`near_grad` (sorted order). ``skip``: a bool mask of what counts
         for nothing (the rows' own positives; their ``∂/∂x`` is the caller's to discard). They are zeroed, not
-        subtracted: a subtraction would leave rounding residue on a loss that may be 1e-25.
+        subtracted: a subtraction would leave rounding residue on a loss that may be 1e-25. ``near_size``: the
+        near runs' ``(rows, pairs)`` (:meth:`near_counts`, read by the caller); without it they are read here.
 
         Per score: its bucket, the distance to each side's nearest positive and one exponential per side; the loss
         and the positives' gradient need only per-bucket sums of those (the side's coefficients are the bucket's)."""
@@ -133,9 +157,10 @@ class Tails:
             powers.extend([powers[2 * k - 2] * powers[0], powers[2 * k - 1] * powers[1]])
         ones = torch.ones_like(x)
         lengths = self.near_length.index_select(0, bucket)
-        if skip is not None and skip.numel():
-            for t in (ones, d_lin, *powers, lengths):
-                t[skip] = 0
+        if skip is not None:
+            for t in (ones, d_lin, *powers):
+                t.masked_fill_(skip, 0.0)
+            lengths = lengths.masked_fill(skip, 0)
         sums[0].index_add_(0, bucket, ones)
         sums[1].index_add_(0, bucket, d_lin)
         for i, power in enumerate(powers):
@@ -151,9 +176,12 @@ class Tails:
             grad_x = (coef[:, 0] - lin.mul_(powers[0]) + ex.mul_(powers[1])).mul_(inv_tau)
         # the near run: every pair, directly
         total = torch.zeros((), dtype=torch.float64, device=x.device)
-        near = lengths.nonzero().squeeze(1)
-        if near.numel():
-            total = self._near(x, near, self.cut_lin[bucket[near]], lengths[near], grad_x)
+        if near_size is None:
+            near_size = torch.stack([torch.count_nonzero(lengths), lengths.sum()]).tolist()
+        n_rows, n_pairs = near_size
+        if n_rows:
+            near = stable_partition(lengths > 0, n_rows)[:n_rows]
+            total = self._near(x, near, self.cut_lin[bucket[near]], lengths[near], grad_x, n_pairs)
         return total, grad_x
 
     def finish(self, sums: Tensor, needs_grad: bool) -> tuple[Tensor, Tensor | None]:
@@ -202,24 +230,19 @@ class Tails:
         kc = self.coord_k
         return torch.exp(torch.logcumsumexp(torch.log(dep.clamp_min(0)) + kc, 0) - kc)
 
-    def _near(self, x: Tensor, rows: Tensor, start: Tensor, lengths: Tensor, grad_x: Tensor | None) -> Tensor:
-        """Every pair of the near runs (``rows``' scores against positives ``start … start + length``)."""
+    def _near(
+        self, x: Tensor, rows: Tensor, start: Tensor, lengths: Tensor, grad_x: Tensor | None, n_pairs: int
+    ) -> Tensor:
+        """Every pair of the near runs (``rows``' scores against positives ``start … start + length``; ``n_pairs``
+        of them), :data:`PAIR_CHUNK` pairs per pass, each pair's row found by a binary search (no host read)."""
         total = torch.zeros((), dtype=torch.float64, device=x.device)
         ends = torch.cumsum(lengths, 0)
         begins = ends - lengths
-        # whole rows per pass, about PAIR_CHUNK pairs each
-        n_pairs = int(ends[-1])
-        targets = torch.arange(PAIR_CHUNK, max(n_pairs, PAIR_CHUNK), PAIR_CHUNK, device=x.device)
-        cuts = torch.searchsorted(ends, targets).add(1).clamp_max(rows.numel())
-        bounds = [0, *sorted(set(cuts.tolist())), rows.numel()]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if b <= a:
-                continue
-            lens = lengths[a:b]
-            owner = torch.repeat_interleave(torch.arange(b - a, device=x.device), lens)
-            within = torch.arange(owner.numel(), device=x.device) - (begins[a:b] - begins[a])[owner]
-            pos_idx = start[a:b][owner] + within
-            row = rows[a:b][owner]
+        for a in range(0, n_pairs, PAIR_CHUNK):
+            pair = torch.arange(a, min(a + PAIR_CHUNK, n_pairs), device=x.device)
+            owner = torch.searchsorted(ends, pair, right=True)
+            pos_idx = start[owner] + (pair - begins[owner])
+            row = rows[owner]
             z = (x[row] - self.sorted[pos_idx]) * self.inv_tau
             total += torch.nn.functional.softplus(z).sum()
             if grad_x is not None:

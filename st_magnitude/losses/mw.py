@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from st_magnitude.losses._batch import GatheredBatch
 from st_magnitude.losses._common import CachedLoss, FamilyLoss, at_least_fp32
-from st_magnitude.losses._mw_grid import grid_pair_sum, pair_sums, plan_for_range
+from st_magnitude.losses._mw_grid import grid_pair_sum, pair_passes, pair_sums, plan_for_range
 from st_magnitude.losses._stats import BatchStats, correctly_ordered_pairs
 from st_magnitude.losses._temperature import (
     LearnableScale,
@@ -290,10 +290,16 @@ class MWLoss(BatchStats, FamilyLoss):
         self.chunk_size = chunk_size
         self.pair_stage = pair_stage
 
-    #: one host read per step, on both pair stages: the range of the step's scores (all of a cached step's chunks
-    #: at once), which refuses non-finite scores and sizes the grid; a grid that must leave out scores thousands of
-    #: τ from the bulk reads more
-    host_reads_per_step = 1
+    @property
+    def host_reads_per_step(self) -> int:
+        """Host reads of the latest step (1 before the first): one on both pair stages, the range of the step's
+        scores (all of a cached step's chunks at once), which refuses non-finite scores and sizes the grid. A paged
+        grid (a range thousands of τ wide: dot, qnorm or dnorm scores, cosine at τ = 1e-6) adds one to plan its
+        pages and one per pass over each chunk's scores (the count of scores off the pages and of their near pairs,
+        which size the pass): ``2 + passes``, a pass being at most ``GPU_CHUNK`` (2^24) scores of one chunk on an
+        accelerator (``CPU_CHUNK`` on the CPU), so one per chunk below that."""
+        return self.__dict__.get("_host_reads", 1)
+
     stats_prefix = "mw_"
     #: the in-batch AUC costs two binary searches per score: computed (on training steps, under
     #: autograd) once a :class:`~st_magnitude.callbacks.LossStatsCallback` is attached, or when set to True
@@ -361,8 +367,13 @@ class MWLoss(BatchStats, FamilyLoss):
             ends.extend(torch.aminmax(block.detach()))
         pairs = positives.numel() * batch.size * n_docs
         lo, hi = self._checked_range(torch.stack([*ends, *torch.aminmax(scaled)]), inv_tau, pairs)
+        reads = 1
         if stage == "grid":
-            batch.extra["plan"] = plan_for_range(scaled, inv_tau, lo, hi, batch.size * n_docs, first)
+            plan = batch.extra["plan"] = plan_for_range(scaled, inv_tau, lo, hi, batch.size * n_docs, first)
+            if plan.windowed:  # planning the pages, then one read per pass of each chunk
+                chunks = [min(rows_per_chunk, batch.size - b) * n_docs for b in range(0, batch.size, rows_per_chunk)]
+                reads = 2 + sum(pair_passes(n, positives.device) for n in chunks)
+        self.__dict__["_host_reads"] = reads
         return batch
 
     def _checked_range(self, ends: Tensor, inv_tau: float, pairs: int) -> tuple[float, float]:

@@ -139,3 +139,83 @@ def test_the_counting_patch_sees_a_read_in_the_package_and_is_removed_after():
         bool(torch.ones(()))  # the test's own read: not the package's
     assert sites and all(s.startswith("st_magnitude/losses/_batch.py:") for s in sites)
     assert "__bool__" not in vars(torch.Tensor) and torch.unique is unique and torch.Tensor.item is item
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MW on wide score ranges: a paged grid and the tails (scores thousands of τ apart) read what the loss declares
+# ---------------------------------------------------------------------------------------------------------------
+MW_WIDE = [("dot", 0.01), ("qnorm", 0.01), ("dnorm", 0.01), ("cosine", 1e-6)]
+
+
+def _mw_columns(batch: int, seed: int = 0) -> list[torch.Tensor]:
+    """(anchor, positive) embeddings with norms over logspace(-2, 2): dot, qnorm and dnorm scores span ~1e6 τ."""
+    g = torch.Generator().manual_seed(seed)
+    norms = torch.logspace(-2, 2, batch)
+    return [
+        torch.nn.functional.normalize(torch.randn(batch, 8, generator=g), dim=1)
+        * norms[torch.randperm(batch, generator=g)][:, None]
+        for _ in range(2)
+    ]
+
+
+def _mw_reads(loss, columns, cached: bool) -> list[str]:
+    def step():
+        leaves = [c.clone().requires_grad_() for c in columns]
+        if cached:
+            loss.calculate_loss([[x] for x in leaves], with_backward=True)
+        else:
+            loss.compute_loss_from_embeddings(leaves).backward()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(_batch.DUPLICATE_CHECK_FIRST):
+            step()
+        with counting_host_reads() as sites:
+            for _ in range(COUNTED_CALLS):
+                step()
+    return sites
+
+
+def _mw_loss(model, similarity, temperature, stage, mini_batch):
+    kw = {"temperature": temperature, "pair_stage": stage}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # magnitude similarities on a normalising model: on purpose
+        if mini_batch is None:
+            return L.MWLoss(model, similarity, **kw)
+        return L.CachedMWLoss(model, similarity, mini_batch_size=mini_batch, **kw)
+
+
+def _assert_declared(loss, sites, stage, passes):
+    per_step = len(sites) / COUNTED_CALLS
+    # a paged grid: the range, the pages' plan, one read per pass of each chunk; pairwise: the range alone
+    expected = 2 + passes if stage == "grid" else 1
+    assert per_step == loss.host_reads_per_step == expected, (
+        f"{per_step:g} reads per step, declared {loss.host_reads_per_step}, expected {expected}: {sorted(set(sites))}"
+    )
+
+
+@pytest.mark.parametrize("stage", ["grid", "pairwise"])
+@pytest.mark.parametrize("mini_batch", [None, 16, 64], ids=["plain", "cached-4-chunks", "cached-1-chunk"])
+@pytest.mark.parametrize("similarity,temperature", MW_WIDE)
+def test_mw_on_wide_ranges_reads_what_it_declares(tiny_model, monkeypatch, similarity, temperature, mini_batch, stage):
+    """Scores ~1e6 τ apart page the grid and sum most scores on the tails: the step reads the range, the pages'
+    plan (every level's cost and pages at once) and one count per chunk, and declares exactly that."""
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)
+    loss = _mw_loss(tiny_model, similarity, temperature, stage, mini_batch)
+    sites = _mw_reads(loss, _mw_columns(64), mini_batch is not None)
+    _assert_declared(loss, sites, stage, passes=64 // (mini_batch or 64))
+
+
+@pytest.mark.parametrize("mini_batch", [None, 64], ids=["plain", "cached-4-chunks"])
+def test_mw_with_pages_on_the_grid_and_several_passes_reads_once_a_pass(tiny_model, monkeypatch, mini_batch):
+    """B = 256 dot scores put some pages on the grid (scores split between the grid and the tails, the own
+    positives among both); with passes of 4,096 scores each chunk makes several passes, each read once."""
+    from st_magnitude.losses import _mw_grid
+
+    monkeypatch.setattr(_cpu_shortcuts, "ENABLED", False)
+    monkeypatch.setattr(_mw_grid, "CPU_CHUNK", 4096)
+    loss = _mw_loss(tiny_model, "dot", 0.01, "grid", mini_batch)
+    columns = _mw_columns(256)
+    sites = _mw_reads(loss, columns, mini_batch is not None)
+    chunk_scores = (mini_batch or 256) * 256
+    _assert_declared(loss, sites, "grid", passes=(256 // (mini_batch or 256)) * (chunk_scores // 4096))

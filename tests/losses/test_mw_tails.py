@@ -187,9 +187,9 @@ def _count_near_pairs(monkeypatch) -> list[int]:
     counted = [0]
     original = Tails._near
 
-    def counting(self, x, rows, start, lengths, grad_x):
+    def counting(self, x, rows, start, lengths, grad_x, n_pairs):
         counted[0] += int(lengths.sum())
-        return original(self, x, rows, start, lengths, grad_x)
+        return original(self, x, rows, start, lengths, grad_x, n_pairs)
 
     monkeypatch.setattr(Tails, "_near", counting)
     return counted
