@@ -33,7 +33,6 @@ from st_magnitude.cli import command_paths
 ROOT = Path(__file__).resolve().parent.parent
 
 
-
 def error_cases(tmp: Path) -> list[tuple[list[str], str]]:
     """(arguments, words the one-line error must contain): a missing path or a usage error for every command; MODEL
     is a folder with a ``modules.json`` and DATA a BEIR folder with a ``test`` split, which pass the path checks."""
