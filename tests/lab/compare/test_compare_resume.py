@@ -18,6 +18,7 @@ import torch
 from helpers.toy_beir import write_toy_beir
 from safetensors.torch import load_file
 
+from st_magnitude._trust import Fields
 from st_magnitude.cli.compare import INTERRUPT_HINT
 from st_magnitude.lab.compare import compare as C
 from st_magnitude.lab.compare import training as T
@@ -122,8 +123,8 @@ def test_resume_is_bit_identical_and_reports_the_whole_run(setup, reference, tmp
     ckpts = out / "runs" / "learnable-infonce" / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-4"]
     assert not (out / ".lock").exists()  # the lock is released on the way out
-    before = json.loads((ckpts / "checkpoint-4" / "trainer_state.json").read_text())
-    first_part = ET.TrainProgress.from_state(before)
+    state_file = ckpts / "checkpoint-4" / "trainer_state.json"
+    first_part = ET.TrainProgress.from_state(Fields(json.loads(state_file.read_text()), state_file))
     assert first_part.loss_steps == 4 and first_part.seconds > 0
 
     result = C.run_compare(cfg(setup, out), log=quiet)
