@@ -43,6 +43,8 @@ def _wrap(kind: str, fn, writes=lambda *a, **k: True):
 
 
 def _opens_for_writing(path, mode="r", *args, **kwargs) -> bool:
+    if not isinstance(path, int) and os.path.isdir(path):  # tempfile's O_TMPFILE probe: a nameless file, left nowhere
+        return False
     return any(c in mode for c in "wax+")
 
 
